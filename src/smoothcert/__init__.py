@@ -1,0 +1,19 @@
+"""smoothcert: randomized smoothing — train, certify and evaluate certifiably robust classifiers."""
+
+from .errors import SmoothcertError
+from .noise import Gaussian
+from .smoothing import Certificate, Prediction, Smoothed
+from .stats import binomial_pvalue, clopper_pearson_lower
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Certificate",
+    "Gaussian",
+    "Prediction",
+    "Smoothed",
+    "SmoothcertError",
+    "binomial_pvalue",
+    "clopper_pearson_lower",
+    "__version__",
+]

@@ -1,0 +1,39 @@
+"""User-facing errors.
+
+Everything a user can get wrong (a bad σ, a foreign checkpoint, an unknown dataset name, ...) raises
+:class:`SmoothcertError` at the boundary where it enters the library. The CLI turns it into one line on
+stderr and exit code 2; Python users catch it as a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+
+class SmoothcertError(ValueError):
+    """A problem with what the user asked for, stated with how to fix it."""
+
+
+def unknown_name(kind: str, name: str, known: Iterable[str]) -> SmoothcertError:
+    """The error for a registry miss: names the known entries."""
+    return SmoothcertError(f"unknown {kind} {name!r}; known: {', '.join(sorted(known))}")
+
+
+def check_positive_finite(name: str, value: float) -> float:
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise SmoothcertError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def check_probability(name: str, value: float) -> float:
+    """A level such as α: strictly inside (0, 1)."""
+    if not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
+        raise SmoothcertError(f"{name} must lie strictly between 0 and 1, got {value!r}")
+    return float(value)
+
+
+def check_count(name: str, value: int, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SmoothcertError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value

@@ -1,0 +1,96 @@
+"""Noise distributions: one strategy object shared by training, certification and attacks.
+
+Inputs live in pixel space [0, 1]; noise is added there, and σ is in pixel units.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Union
+
+import numpy as np
+import torch
+from scipy.stats import norm
+
+from .errors import SmoothcertError
+
+Sigma = Union[float, torch.Tensor]
+
+
+class Gaussian:
+    """Isotropic Gaussian noise δ ~ N(0, σ²I) and its L2 certificate (Cohen et al. 2019, Thm. 1).
+
+    If the smoothed classifier's top class has probability at least p > ½ under this noise, its
+    prediction is constant within the L2 ball of radius ``σ·Φ⁻¹(p)``.
+
+    ``sigma`` is a positive float, or a tensor of shape (B,) giving one σ per sample of a batch
+    (data-dependent smoothing); a tensor σ broadcasts over the non-batch dimensions.
+    """
+
+    norm = "l2"
+
+    def __init__(self, sigma: Sigma):
+        self.sigma = _validated_sigma(sigma)
+
+    def __repr__(self) -> str:
+        return f"Gaussian(sigma={self.sigma_repr()})"
+
+    def sigma_repr(self):
+        return float(self.sigma) if isinstance(self.sigma, float) else self.sigma.tolist()
+
+    def scalar_sigma(self) -> float:
+        """σ as one float; refuses per-sample σ (which needs one noise object per input)."""
+        if isinstance(self.sigma, float):
+            return self.sigma
+        if self.sigma.numel() == 1:
+            return float(self.sigma.reshape(()))
+        raise SmoothcertError("this operation needs a single σ; got a per-sample σ tensor")
+
+    def sample(self, like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Noise with the shape, dtype and device of ``like`` (B, ...), drawn from ``generator``."""
+        eps = torch.randn(like.shape, generator=generator, device=like.device, dtype=like.dtype)
+        return eps * self._broadcast_sigma(like)
+
+    def sample_(self, out: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Draw noise into the preallocated buffer ``out`` (no allocation); returns ``out``."""
+        out.normal_(generator=generator)
+        return out.mul_(self._broadcast_sigma(out))
+
+    def perturb(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """x + δ for a batch x of shape (B, ...)."""
+        return x + self.sample(x, generator)
+
+    def radius(self, p):
+        """Certified L2 radius σ·Φ⁻¹(p) in float64; p is a float or array of probabilities > ½."""
+        sigma = self.sigma if isinstance(self.sigma, float) else self.sigma.double().cpu().numpy()
+        r = sigma * norm.ppf(np.asarray(p, dtype=np.float64))
+        return float(r) if np.ndim(r) == 0 else r
+
+    def _broadcast_sigma(self, like: torch.Tensor):
+        if isinstance(self.sigma, float):
+            return self.sigma
+        s = self.sigma.to(device=like.device, dtype=like.dtype)
+        if s.numel() == 1:
+            return s.reshape(())
+        if s.shape[0] != like.shape[0]:
+            raise SmoothcertError(
+                f"per-sample σ has {s.shape[0]} entries but the batch has {like.shape[0]} inputs"
+            )
+        return s.reshape((-1,) + (1,) * (like.dim() - 1))
+
+
+def _validated_sigma(sigma: Sigma) -> Sigma:
+    if isinstance(sigma, torch.Tensor):
+        if sigma.dim() > 1 or sigma.numel() == 0:
+            raise SmoothcertError(f"σ tensor must have shape (B,), got {tuple(sigma.shape)}")
+        if not torch.isfinite(sigma).all() or (sigma <= 0).any():
+            raise SmoothcertError("σ must be positive and finite for every sample")
+        return sigma.detach()
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)):
+        raise SmoothcertError(f"σ must be a number or a tensor, got {type(sigma).__name__}")
+    if not math.isfinite(sigma) or sigma <= 0:
+        raise SmoothcertError(f"σ must be a positive finite number, got {sigma!r}")
+    return float(sigma)
+
+
+NOISES = {"gaussian": Gaussian}

@@ -1,0 +1,123 @@
+"""The smoothed classifier g(x) = argmax_c P(f(x + δ) = c) and its two algorithms.
+
+PREDICT and CERTIFY follow Cohen, Rosenfeld & Kolter, "Certified Adversarial Robustness via
+Randomized Smoothing" (ICML 2019), Algorithms 1 and 2 (pseudocode) and their ``core.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .errors import SmoothcertError, check_count, check_probability
+from .sampling import BatchedVotes, Engine, eval_mode, model_device
+from .stats import binomial_pvalue, clopper_pearson_lower
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Result of PREDICT. ``prediction`` is None exactly when ``abstained``."""
+
+    prediction: Optional[int]
+    abstained: bool
+    count: int  # votes for the top class
+    runner_up_count: int  # votes for the second class
+    pvalue: float  # two-sided binomial test of count vs runner_up_count at p = 1/2
+    n: int
+    alpha: float
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """Result of CERTIFY.
+
+    Unless ``abstained``, with probability ≥ 1−α over the Monte Carlo draws the smoothed classifier
+    predicts ``prediction`` at every point of the L2 ball of ``radius`` around x. On abstention
+    ``prediction`` is None and ``radius`` is 0.
+    """
+
+    prediction: Optional[int]
+    radius: float
+    p_lower: float  # Clopper–Pearson lower bound on p_A at level α
+    abstained: bool
+    count: int  # n_A: votes for the selected class among the n estimation draws
+    n0: int
+    n: int
+    alpha: float
+    sigma: float
+
+
+class Smoothed:
+    """The smoothed classifier of a base ``model`` under ``noise``.
+
+    ``model`` maps a batch (B, C, H, W) of pixel-space inputs in [0, 1] to logits (B, num_classes).
+    Inputs ``x`` to :meth:`predict` and :meth:`certify` are single examples (C, H, W); they are moved
+    to the model's device, where all noise is drawn and all votes are counted.
+    """
+
+    def __init__(self, model: nn.Module, noise, num_classes: int, engine: Engine | None = None):
+        self.model = model
+        self.noise = noise
+        self.num_classes = check_count("num_classes", num_classes, minimum=2)
+        self.engine = engine if engine is not None else BatchedVotes()
+
+    def predict(self, x, n, alpha, batch_size, generator=None) -> Prediction:
+        """PREDICT: the top class of n noisy votes, or abstain.
+
+        Returns a class other than g(x) with probability at most α (Cohen et al., Thm. 2): it
+        abstains when the two-sided binomial test of the top two counts has p-value > α.
+        """
+        check_count("n", n), check_probability("alpha", alpha)
+        counts = self._votes(x, n, batch_size, generator).cpu()  # the one host sync
+        top2 = torch.topk(counts, 2)
+        c1, c2 = (int(v) for v in top2.values)
+        pvalue = binomial_pvalue(c1, c2)
+        abstained = pvalue > alpha
+        prediction = None if abstained else int(top2.indices[0])
+        return Prediction(prediction, abstained, c1, c2, pvalue, n, alpha)
+
+    def certify(self, x, n0, n, alpha, batch_size, generator=None) -> Certificate:
+        """CERTIFY: a class and an L2 radius that hold with probability ≥ 1−α, or abstain.
+
+        Step 1 picks ĉ_A from n0 selection draws; step 2 counts n_A among n *fresh* draws; then
+        p_lower is the one-sided Clopper–Pearson bound at level α, and the certificate is
+        (ĉ_A, σ·Φ⁻¹(p_lower)) if p_lower ≥ ½, else an abstention with radius 0.
+        """
+        check_count("n0", n0), check_count("n", n), check_probability("alpha", alpha)
+        sigma = self.noise.scalar_sigma()
+        selection = self._votes(x, n0, batch_size, generator)
+        c_hat = int(selection.argmax())  # host sync 1: the class decision
+        estimation = self._votes(x, n, batch_size, generator)
+        n_a = int(estimation[c_hat])  # host sync 2: the count decision
+        p_lower = clopper_pearson_lower(n_a, n, alpha)
+        if p_lower < 0.5:
+            return Certificate(None, 0.0, p_lower, True, n_a, n0, n, alpha, sigma)
+        return Certificate(c_hat, self.noise.radius(p_lower), p_lower, False, n_a, n0, n, alpha, sigma)
+
+    def _votes(self, x, num, batch_size, generator) -> torch.Tensor:
+        check_count("batch_size", batch_size)
+        device = model_device(self.model)
+        x = self._validated_input(x).to(device)
+        if generator is not None and generator.device.type != device.type:
+            raise SmoothcertError(
+                f"the generator is on {generator.device} but the model is on {device}; "
+                "create it with torch.Generator(device=...)"
+            )
+        with eval_mode(self.model):
+            return self.engine.votes(
+                self.model, x, self.noise, num, self.num_classes, batch_size, generator
+            )
+
+    def _validated_input(self, x) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise SmoothcertError("x must be a floating-point tensor of shape (C, H, W)")
+        expected = getattr(self.model, "input_shape", None)
+        if x.dim() != 3 or (expected is not None and tuple(x.shape) != tuple(expected)):
+            want = tuple(expected) if expected is not None else "(C, H, W)"
+            raise SmoothcertError(f"input shape {tuple(x.shape)} does not match the model's {want}")
+        if not torch.isfinite(x).all():
+            raise SmoothcertError("input contains NaN or Inf")
+        return x
