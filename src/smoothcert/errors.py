@@ -1,14 +1,14 @@
 """User-facing errors.
 
-Everything a user can get wrong (a bad σ, a foreign checkpoint, an unknown dataset name, ...) raises
-:class:`SmoothcertError` at the boundary where it enters the library. The CLI turns it into one line on
-stderr and exit code 2; Python users catch it as a ``ValueError``.
+Everything a user can get wrong (a bad σ, a foreign checkpoint, an unknown dataset name, ...)
+raises :class:`SmoothcertError` at the boundary where it enters the library. The CLI turns it into
+one line on stderr and exit code 2; Python users catch it as a ``ValueError``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class SmoothcertError(ValueError):

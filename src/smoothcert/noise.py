@@ -6,7 +6,6 @@ Inputs live in pixel space [0, 1]; noise is added there, and σ is in pixel unit
 from __future__ import annotations
 
 import math
-from typing import Union
 
 import numpy as np
 import torch
@@ -14,7 +13,7 @@ from scipy.stats import norm
 
 from .errors import SmoothcertError
 
-Sigma = Union[float, torch.Tensor]
+Sigma = float | torch.Tensor
 
 
 class Gaussian:

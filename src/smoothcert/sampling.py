@@ -9,7 +9,8 @@ statistics.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -42,7 +43,9 @@ class BatchedVotes:
 
     def votes(self, model, x, noise, num, num_classes, batch_size, generator=None):
         counts = torch.zeros(num_classes, dtype=torch.long, device=x.device)
-        buffer = torch.empty((min(batch_size, num),) + tuple(x.shape), dtype=x.dtype, device=x.device)
+        buffer = torch.empty(
+            (min(batch_size, num),) + tuple(x.shape), dtype=x.dtype, device=x.device
+        )
         with torch.inference_mode():
             for size in _batch_sizes(num, batch_size):
                 batch = noise.sample_(buffer[:size], generator).add_(x)
@@ -61,7 +64,9 @@ def _batch_sizes(num: int, batch_size: int) -> Iterator[int]:
 
 def _check_logits(logits: torch.Tensor, size: int, num_classes: int) -> None:
     if logits.dim() != 2 or logits.shape[0] != size:
-        raise SmoothcertError(f"the model returned shape {tuple(logits.shape)}; expected ({size}, C)")
+        raise SmoothcertError(
+            f"the model returned shape {tuple(logits.shape)}; expected ({size}, C)"
+        )
     if logits.shape[1] != num_classes:
         raise SmoothcertError(
             f"num_classes mismatch: the model outputs {logits.shape[1]} classes, "

@@ -7,7 +7,6 @@ Randomized Smoothing" (ICML 2019), Algorithms 1 and 2 (pseudocode) and their ``c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import nn
@@ -21,7 +20,7 @@ from .stats import binomial_pvalue, clopper_pearson_lower
 class Prediction:
     """Result of PREDICT. ``prediction`` is None exactly when ``abstained``."""
 
-    prediction: Optional[int]
+    prediction: int | None
     abstained: bool
     count: int  # votes for the top class
     runner_up_count: int  # votes for the second class
@@ -39,7 +38,7 @@ class Certificate:
     ``prediction`` is None and ``radius`` is 0.
     """
 
-    prediction: Optional[int]
+    prediction: int | None
     radius: float
     p_lower: float  # Clopper–Pearson lower bound on p_A at level α
     abstained: bool
@@ -53,9 +52,9 @@ class Certificate:
 class Smoothed:
     """The smoothed classifier of a base ``model`` under ``noise``.
 
-    ``model`` maps a batch (B, C, H, W) of pixel-space inputs in [0, 1] to logits (B, num_classes).
-    Inputs ``x`` to :meth:`predict` and :meth:`certify` are single examples (C, H, W); they are moved
-    to the model's device, where all noise is drawn and all votes are counted.
+    ``model`` maps a batch (B, C, H, W) of pixel-space inputs in [0, 1] to logits
+    (B, num_classes). Inputs ``x`` to :meth:`predict` and :meth:`certify` are single examples
+    (C, H, W); they are moved to the model's device, where all noise is drawn and votes counted.
     """
 
     def __init__(self, model: nn.Module, noise, num_classes: int, engine: Engine | None = None):
@@ -95,7 +94,9 @@ class Smoothed:
         p_lower = clopper_pearson_lower(n_a, n, alpha)
         if p_lower < 0.5:
             return Certificate(None, 0.0, p_lower, True, n_a, n0, n, alpha, sigma)
-        return Certificate(c_hat, self.noise.radius(p_lower), p_lower, False, n_a, n0, n, alpha, sigma)
+        return Certificate(
+            c_hat, self.noise.radius(p_lower), p_lower, False, n_a, n0, n, alpha, sigma
+        )
 
     def _votes(self, x, num, batch_size, generator) -> torch.Tensor:
         check_count("batch_size", batch_size)

@@ -1,0 +1,262 @@
+"""Run PREDICT or CERTIFY over a dataset split and write one record per example.
+
+The runner owns everything around the algorithm: loading the checkpoint and data, checking they
+fit, the global index list and this shard's part of it, per-example generators seeded from
+(seed, idx), resuming, timing and the progress bar. A :class:`Task` owns the algorithm: it maps
+one input to one row. New certifiers (sequential, data-dependent, ...) register a Task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import platform
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from ..data import load_dataset
+from ..errors import (
+    SmoothcertError,
+    check_count,
+    check_positive_finite,
+    check_probability,
+    unknown_name,
+)
+from ..models.checkpoint import model_from_checkpoint, versions
+from ..noise import Gaussian
+from ..records import global_indices, open_records, shard_indices, shard_path
+from ..rng import example_generator
+from ..smoothing import Smoothed
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines the rows of a run; it is the manifest's identity."""
+
+    task: str
+    checkpoint_sha256: str
+    dataset: str
+    split: str
+    sigma: float
+    n: int
+    alpha: float
+    batch: int
+    seed: int
+    skip: int = 1
+    max_count: int | None = None
+    n0: int | None = None  # CERTIFY's selection draws; PREDICT has none
+    device_type: str = "cpu"  # noise streams differ between CPU and CUDA generators
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise unknown_name("task", self.task, TASKS)
+        check_positive_finite("sigma", self.sigma), check_count("n", self.n)
+        check_probability("alpha", self.alpha), check_count("batch", self.batch)
+        check_count("skip", self.skip), check_count("seed", self.seed, minimum=0)
+        if self.max_count is not None:
+            check_count("max", self.max_count)
+        if TASKS[self.task].needs_n0:
+            check_count("n0", self.n0 if self.n0 is not None else 0)
+        if self.split not in ("train", "test"):
+            raise SmoothcertError(f"split must be 'train' or 'test', got {self.split!r}")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One algorithm applied to one input: ``run(smoothed, x, label, config, generator) -> row``.
+
+    The row holds the task's own columns; the runner adds idx, label, time and seed.
+    """
+
+    columns: tuple
+    run: Callable
+    needs_n0: bool = False
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register_task(name: str, task: Task) -> Task:
+    TASKS[name] = task
+    return task
+
+
+def _certify_row(smoothed: Smoothed, x, label: int, cfg: RunConfig, gen) -> dict:
+    c = smoothed.certify(x, cfg.n0, cfg.n, cfg.alpha, cfg.batch, gen)
+    predict = -1 if c.abstained else c.prediction
+    return {
+        "predict": predict,
+        "radius": c.radius,
+        "correct": int(predict == label),
+        "p_lower": c.p_lower,
+        "nA": c.count,
+        "n0": c.n0,
+        "n": c.n,
+        "alpha": c.alpha,
+        "sigma": c.sigma,
+    }
+
+
+def _predict_row(smoothed: Smoothed, x, label: int, cfg: RunConfig, gen) -> dict:
+    p = smoothed.predict(x, cfg.n, cfg.alpha, cfg.batch, gen)
+    predict = -1 if p.abstained else p.prediction
+    return {
+        "predict": predict,
+        "correct": int(predict == label),
+        "count": p.count,
+        "runner_up": p.runner_up_count,
+        "pvalue": p.pvalue,
+        "n": p.n,
+        "alpha": p.alpha,
+        "sigma": cfg.sigma,
+    }
+
+
+register_task(
+    "certify",
+    Task(
+        (
+            "idx",
+            "label",
+            "predict",
+            "radius",
+            "correct",
+            "time",
+            "p_lower",
+            "nA",
+            "n0",
+            "n",
+            "alpha",
+            "sigma",
+            "seed",
+        ),
+        _certify_row,
+        needs_n0=True,
+    ),
+)
+register_task(
+    "predict",
+    Task(
+        (
+            "idx",
+            "label",
+            "predict",
+            "correct",
+            "time",
+            "count",
+            "runner_up",
+            "pvalue",
+            "n",
+            "alpha",
+            "sigma",
+            "seed",
+        ),
+        _predict_row,
+    ),
+)
+
+
+def run_dataset(
+    cfg: RunConfig, checkpoint, out, *, shard=(0, 1), device="cpu", data_root=None, progress=True
+) -> Path:
+    """Run ``cfg.task`` on this shard's examples, appending to (or resuming) its record file.
+
+    Returns the record file's path (``out`` itself, or its shard name when there are shards).
+    """
+    model, meta = model_from_checkpoint(checkpoint, device=device)
+    dataset = load_dataset(cfg.dataset, cfg.split, data_root=data_root)
+    _check_compatible(meta, dataset)
+    indices = global_indices(len(dataset), cfg.skip, cfg.max_count)
+    mine = shard_indices(indices, *shard)
+    path = shard_path(out, *shard)
+    manifest = _manifest(cfg, checkpoint, shard, len(dataset), device)
+    writer, done = open_records(path, TASKS[cfg.task].columns, manifest)
+    smoothed = Smoothed(model, Gaussian(cfg.sigma), dataset.num_classes)
+    todo = [i for i in mine if i not in done]
+    with (
+        writer,
+        tqdm(
+            total=len(mine),
+            initial=len(mine) - len(todo),
+            disable=not progress,
+            desc=f"{cfg.task} {path.name}",
+            unit="img",
+            dynamic_ncols=True,
+        ) as bar,
+    ):
+        for idx in todo:
+            writer.write(_run_one(smoothed, dataset, idx, cfg, device))
+            bar.update()
+    return path
+
+
+def _run_one(smoothed: Smoothed, dataset, idx: int, cfg: RunConfig, device) -> dict:
+    x, label = dataset.example(idx)
+    generator = example_generator(cfg.seed, idx, device)
+    start = time.perf_counter()
+    row = TASKS[cfg.task].run(smoothed, x, label, cfg, generator)
+    elapsed = time.perf_counter() - start
+    return {"idx": idx, "label": label, "time": elapsed, "seed": cfg.seed, **row}
+
+
+def _check_compatible(meta: dict, dataset) -> None:
+    if int(meta["num_classes"]) != dataset.num_classes:
+        raise SmoothcertError(
+            f"num_classes mismatch: the checkpoint has {meta['num_classes']} classes, "
+            f"dataset {dataset.name!r} has {dataset.num_classes}"
+        )
+    if tuple(meta["input_shape"]) != tuple(dataset.input_shape):
+        raise SmoothcertError(
+            f"the checkpoint expects inputs of shape {tuple(meta['input_shape'])}, "
+            f"dataset {dataset.name!r} has {tuple(dataset.input_shape)}"
+        )
+
+
+def _manifest(cfg: RunConfig, checkpoint, shard, dataset_size: int, device) -> dict:
+    return {
+        "kind": cfg.task,
+        "identity": dataclasses.asdict(cfg),
+        "shard": {"index": shard[0], "count": shard[1]},
+        "indices": {"dataset_size": dataset_size, "skip": cfg.skip, "max_count": cfg.max_count},
+        "provenance": {
+            "checkpoint": str(checkpoint),
+            "device": str(device),
+            "host": socket.gethostname(),
+            "platform": platform.platform(),
+            "versions": versions(),
+            "git_sha": git_sha(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+    }
+
+
+def file_sha256(path) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as e:
+        raise SmoothcertError(f"cannot read checkpoint {path}: {e.strerror}") from e
+    return digest.hexdigest()
+
+
+def git_sha() -> str | None:
+    """The commit of the smoothcert source tree, when it is a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None

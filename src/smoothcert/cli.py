@@ -1,0 +1,313 @@
+"""The ``smoothcert`` command line: subcommands only parse, build and call the library.
+
+Any user error becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from .errors import SmoothcertError
+
+COMMANDS: dict[str, tuple[str, Callable, Callable]] = {}
+
+
+def command(name: str, help: str, add_arguments: Callable):
+    """Register subcommand ``name``: ``add_arguments(parser)`` declares it; the decorated runs."""
+
+    def deco(run: Callable) -> Callable:
+        COMMANDS[name] = (help, add_arguments, run)
+        return run
+
+    return deco
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse would also print the usage)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = _Parser(prog="smoothcert", description="Randomized smoothing: train, certify, report.")
+    parser.add_argument("--version", action="version", version=f"smoothcert {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name, (help_text, add_arguments, _) in COMMANDS.items():
+        add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        COMMANDS[args.command][2](args)
+    except SmoothcertError as e:
+        print(f"smoothcert {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(
+            f"smoothcert {args.command}: error: {e.strerror or e}: {e.filename or ''}",
+            file=sys.stderr,
+        )
+        return 2
+    except KeyboardInterrupt:
+        print("smoothcert: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+# --------------------------------------------------------------------------- shared arguments
+def resolve_device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SmoothcertError("--device cuda was asked for but CUDA is not available")
+    return torch.device(name)
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where the model runs and noise is drawn (default: auto)",
+    )
+    p.add_argument("--data-root", default=None, help="folder holding the datasets' files")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def shard_from_env(env=os.environ) -> tuple[int, int]:
+    """(shard index, number of shards) from torchrun's RANK/WORLD_SIZE or a SLURM array."""
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"])
+    if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+        first = int(env.get("SLURM_ARRAY_TASK_MIN", 0))
+        return int(env["SLURM_ARRAY_TASK_ID"]) - first, int(env["SLURM_ARRAY_TASK_COUNT"])
+    return 0, 1
+
+
+def _shard(args) -> tuple[int, int]:
+    index, count = shard_from_env()
+    count = args.num_shards if args.num_shards is not None else count
+    index = args.shard_index if args.shard_index is not None else index
+    if count < 1 or not 0 <= index < count:
+        raise SmoothcertError(f"--shard-index must lie in 0..{count - 1}, got {index}")
+    return index, count
+
+
+# --------------------------------------------------------------------------- train
+def _train_args(p):
+    p.add_argument("--config", help="YAML file of TrainConfig fields; flags override it")
+    p.add_argument("--dataset"), p.add_argument("--arch"), p.add_argument("--method")
+    p.add_argument("--sigma", type=float)
+    p.add_argument("--epochs", type=int), p.add_argument("--batch", type=int, dest="batch_size")
+    p.add_argument("--lr", type=float), p.add_argument("--momentum", type=float)
+    p.add_argument("--nesterov", action="store_true", default=None)
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--lr-schedule", choices=("step", "multistep", "constant"))
+    p.add_argument("--lr-step-size", type=int), p.add_argument("--lr-gamma", type=float)
+    p.add_argument("--lr-milestones", type=lambda s: tuple(int(v) for v in s.split(",")))
+    p.add_argument("--seed", type=int)
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="method hyperparameter, e.g. --param num_noise=4 (repeatable)",
+    )
+    p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.tsv, config.yaml")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    _add_common(p)
+
+
+_TRAIN_FIELDS = (
+    "dataset",
+    "arch",
+    "method",
+    "sigma",
+    "epochs",
+    "batch_size",
+    "lr",
+    "momentum",
+    "nesterov",
+    "weight_decay",
+    "lr_schedule",
+    "lr_step_size",
+    "lr_gamma",
+    "lr_milestones",
+    "seed",
+)
+
+
+@command("train", "train a base classifier with a smoothing-aware method", _train_args)
+def cmd_train(args):
+    from .train import TrainConfig, train
+
+    fields = _load_yaml(args.config) if args.config else {}
+    fields.update({k: getattr(args, k) for k in _TRAIN_FIELDS if getattr(args, k) is not None})
+    params = dict(fields.pop("method_params", None) or {}, **_parse_params(args.param))
+    fields["data_root"] = args.data_root or fields.get("data_root")
+    config = TrainConfig.from_dict({**fields, "method_params": params})
+    path = train(
+        config,
+        args.out,
+        device=resolve_device(args.device),
+        resume=args.resume,
+        progress=not args.no_progress,
+    )
+    print(f"checkpoint: {path}")
+
+
+def _load_yaml(path) -> dict:
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise SmoothcertError(f"cannot read config {path}: {e}") from e
+    if not isinstance(data, dict):
+        raise SmoothcertError(f"config {path} must be a mapping of TrainConfig fields")
+    return data
+
+
+def _parse_params(items) -> dict:
+    import yaml
+
+    params = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SmoothcertError(f"--param takes KEY=VALUE, got {item!r}")
+        params[key] = yaml.safe_load(value)
+    return params
+
+
+# --------------------------------------------------------------------------- certify / predict
+def _run_args(p, *, with_n0: bool):
+    p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
+    p.add_argument("--sigma", type=float, help="noise level (default: the checkpoint's)")
+    if with_n0:
+        p.add_argument("--n0", type=int, default=100, help="selection draws (default 100)")
+    p.add_argument("--n", type=int, default=100_000, help="draws (default 100000)")
+    p.add_argument("--alpha", type=float, default=0.001, help="failure probability")
+    p.add_argument("--batch", type=int, default=1000, help="noisy inputs per forward pass")
+    p.add_argument("--dataset", help="dataset (default: the checkpoint's)")
+    p.add_argument("--split", default="test", choices=("train", "test"))
+    p.add_argument("--skip", type=int, default=1, help="take every skip-th example")
+    p.add_argument("--max", type=int, dest="max_count", help="at most this many examples")
+    p.add_argument("--seed", type=int, default=0, help="run seed; example idx uses (seed, idx)")
+    p.add_argument("--out", required=True, help="record file (TSV); a manifest goes beside it")
+    p.add_argument("--num-shards", type=int, help="default: WORLD_SIZE or SLURM array size")
+    p.add_argument("--shard-index", type=int, help="default: RANK or SLURM array task id")
+    _add_common(p)
+
+
+def _run_task(task: str, args) -> None:
+    from .certify import RunConfig, run_dataset
+    from .certify.runner import file_sha256
+    from .models.checkpoint import load_checkpoint
+
+    meta = load_checkpoint(args.checkpoint).meta
+    device = resolve_device(args.device)
+    sigma = args.sigma if args.sigma is not None else float(meta["noise"]["sigma"])
+    cfg = RunConfig(
+        task=task,
+        checkpoint_sha256=file_sha256(args.checkpoint),
+        dataset=args.dataset or meta["dataset"],
+        split=args.split,
+        sigma=sigma,
+        n=args.n,
+        alpha=args.alpha,
+        batch=args.batch,
+        seed=args.seed,
+        skip=args.skip,
+        max_count=args.max_count,
+        n0=getattr(args, "n0", None),
+        device_type=device.type,
+    )
+    path = run_dataset(
+        cfg,
+        args.checkpoint,
+        args.out,
+        shard=_shard(args),
+        device=device,
+        data_root=args.data_root,
+        progress=not args.no_progress,
+    )
+    print(f"records: {path}")
+
+
+@command(
+    "certify",
+    "CERTIFY every example of a split (Cohen et al.): records with radii",
+    partial(_run_args, with_n0=True),
+)
+def cmd_certify(args):
+    _run_task("certify", args)
+
+
+@command(
+    "predict",
+    "PREDICT every example of a split (Cohen et al.): records, abstentions",
+    partial(_run_args, with_n0=False),
+)
+def cmd_predict(args):
+    _run_task("predict", args)
+
+
+# --------------------------------------------------------------------------- report / merge
+def _report_args(p):
+    p.add_argument("files", nargs="+", help="record files (smoothcert's or Cohen et al.'s)")
+    p.add_argument("--radii", default="0:1:0.25", help="start:stop:step or a comma list")
+    p.add_argument("--format", default="md", choices=("md", "latex", "csv", "json"))
+    p.add_argument("--plot", help="write certified accuracy vs radius to this image file")
+
+
+@command(
+    "report", "certified accuracy at radii, ACR and abstention, one row per file", _report_args
+)
+def cmd_report(args):
+    from .metrics import parse_radii
+    from .report import report
+
+    print(report(args.files, parse_radii(args.radii), fmt=args.format, plot=args.plot), end="")
+
+
+def _merge_args(p):
+    p.add_argument("files", nargs="+", help="the shard record files of one run")
+    p.add_argument("--out", required=True, help="merged record file")
+
+
+@command("merge", "validate shard record files and write their union", _merge_args)
+def cmd_merge(args):
+    from .records import merge_records
+
+    print(f"merged: {merge_records(args.files, args.out)}")
+
+
+# --------------------------------------------------------------------------- demo
+def _demo_args(p):
+    p.add_argument("--out", default="runs/demo", help="folder for the demo's files")
+    _add_common(p)
+
+
+@command(
+    "demo", "train a digits CNN with Gaussian noise, certify its test split, report", _demo_args
+)
+def cmd_demo(args):
+    from .demo import run_demo
+
+    run_demo(args.out, device=resolve_device(args.device), progress=not args.no_progress)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

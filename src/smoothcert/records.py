@@ -1,0 +1,326 @@
+"""Per-example record files: append, resume, shard, merge, and read (ours and Cohen et al.'s).
+
+A record file is a TSV with a header line and one row per example, written and fsynced as each
+example finishes. Cohen et al.'s columns come first (``idx label predict radius correct time``;
+``predict`` is -1 on abstention, as in their files), then ours. Floats are written with ``repr``
+(shortest round-trip form, i.e. full precision). A manifest ``FILE.manifest.json`` beside the file
+holds the configuration that produced it; a rerun with the same configuration resumes after the
+last complete row (a torn last line, from a killed process, is dropped and redone), and a rerun
+with another configuration is refused.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import SmoothcertError
+
+MANIFEST_SUFFIX = ".manifest.json"
+COHEN_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time")
+
+
+# --------------------------------------------------------------------------- the index contract
+def global_indices(dataset_size: int, skip: int = 1, max_count: int | None = None) -> list[int]:
+    """Every ``skip``-th index of the dataset, at most ``max_count`` of them.
+
+    Note: ``max_count`` counts examples; Cohen et al.'s ``--max`` bounded the index instead.
+    """
+    indices = list(range(0, dataset_size, skip))
+    return indices if max_count is None else indices[:max_count]
+
+
+def shard_indices(indices: Sequence[int], shard_index: int, num_shards: int) -> list[int]:
+    """Shard k of K takes every K-th index starting at k (balanced, disjoint, covering)."""
+    return list(indices[shard_index::num_shards])
+
+
+def shard_path(path: str | os.PathLike, shard_index: int, num_shards: int) -> Path:
+    """``out.tsv`` → ``out.shard03-of-16.tsv`` when there is more than one shard."""
+    path = Path(path)
+    if num_shards == 1:
+        return path
+    width = len(str(num_shards - 1))
+    return path.with_name(f"{path.stem}.shard{shard_index:0{width}d}-of-{num_shards}{path.suffix}")
+
+
+def manifest_path(path: str | os.PathLike) -> Path:
+    return Path(str(path) + MANIFEST_SUFFIX)
+
+
+# --------------------------------------------------------------------------- writing and resuming
+class RecordWriter:
+    """Appends rows to a record file, each flushed and fsynced before :meth:`write` returns.
+
+    Open it with :func:`open_records`, which validates and repairs an existing file first.
+    """
+
+    def __init__(self, path: Path, columns: Sequence[str]):
+        self.path = Path(path)
+        self.columns = tuple(columns)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (held across writes)
+
+    def write(self, row: dict) -> None:
+        if set(row) != set(self.columns):
+            raise ValueError(f"row keys {sorted(row)} differ from columns {list(self.columns)}")
+        self._file.write("\t".join(format_value(row[c]) for c in self.columns) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_records(path, columns: Sequence[str], manifest: dict) -> tuple[RecordWriter, set[int]]:
+    """Create or resume the record file at ``path``; return the writer and the indices done.
+
+    ``manifest`` must hold ``"identity"``: everything that determines the rows. An existing file
+    with another identity, another header, or no manifest is refused with a SmoothcertError.
+    """
+    path = Path(path)
+    _check_writable(path)
+    manifest = {**manifest, "columns": list(columns)}
+    if path.exists():
+        done = _resume(path, columns, manifest)
+    else:
+        write_json_atomic(manifest_path(path), manifest)
+        write_text_atomic(path, "\t".join(columns) + "\n")
+        done = set()
+    return RecordWriter(path, columns), done
+
+
+def _resume(path: Path, columns: Sequence[str], manifest: dict) -> set[int]:
+    old = read_manifest(path)
+    if old is None:
+        raise SmoothcertError(f"{path} exists but has no manifest; choose another --out")
+    _check_same_identity(path, old, manifest)
+    _drop_torn_line(path)
+    records = read_records(path)
+    if records.columns_order != tuple(columns):
+        raise SmoothcertError(f"{path} has columns {list(records.columns_order)}; cannot resume")
+    return set(int(i) for i in records["idx"])
+
+
+def _check_same_identity(path: Path, old: dict, new: dict) -> None:
+    a, b = old.get("identity", {}), new.get("identity", {})
+    if a != b or old.get("columns") != new.get("columns"):
+        keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)) or ["columns"]
+        raise SmoothcertError(
+            f"{path} was made with a different configuration (differs in: {', '.join(keys)}); "
+            "use another --out or the original settings"
+        )
+
+
+def _drop_torn_line(path: Path) -> None:
+    """Truncate a last line that has no newline: its process died while writing it."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _check_writable(path: Path) -> None:
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.exists() and path.is_dir():
+        raise SmoothcertError(f"output {path} is a directory; give a file name")
+    if not parent.is_dir():
+        raise SmoothcertError(f"output directory {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise SmoothcertError(f"output {path} is not writable; choose another --out")
+
+
+def format_value(value) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return str(int(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    return str(value)
+
+
+def write_text_atomic(path, text: str) -> None:
+    """Write ``text`` to ``path`` through a fsynced temporary file and a rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path, obj: dict) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_manifest(path) -> dict | None:
+    mpath = manifest_path(path)
+    if not mpath.exists():
+        return None
+    try:
+        return json.loads(mpath.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise SmoothcertError(f"manifest {mpath} is unreadable: {e}") from e
+
+
+# --------------------------------------------------------------------------- reading
+@dataclass(frozen=True)
+class Records:
+    """The rows of one record file as columns (numpy arrays), plus its manifest if any.
+
+    Works for smoothcert's files and for Cohen et al.'s original ``certify.py``/``predict.py``
+    output. Only complete lines are read (a torn last line is ignored).
+    """
+
+    path: str
+    columns_order: tuple
+    data: dict = field(repr=False)
+    manifest: dict | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.data["idx"]) if "idx" in self.data else 0
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.data:
+            raise SmoothcertError(f"{self.path} has no column {name!r}")
+        return self.data[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.data
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).stem
+
+    def rows(self) -> list[dict]:
+        return [{c: self.data[c][i] for c in self.columns_order} for i in range(len(self))]
+
+
+def read_records(path) -> Records:
+    """Read a record file (ours or Cohen et al.'s); raises SmoothcertError if it is malformed."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SmoothcertError(f"cannot read record file {path}: {e}") from e
+    lines = text.split("\n")[:-1]  # drop the part after the last newline: empty or torn
+    if not lines or "idx" not in lines[0].split("\t"):
+        raise SmoothcertError(f"{path} is not a record file (no header line with an 'idx' column)")
+    header = tuple(lines[0].split("\t"))
+    cells = [_split_row(path, line, len(header), n) for n, line in enumerate(lines[1:], start=2)]
+    data = {name: _parse_column(name, [row[i] for row in cells]) for i, name in enumerate(header)}
+    return Records(str(path), header, data, read_manifest(path))
+
+
+def _split_row(path: Path, line: str, width: int, lineno: int) -> list[str]:
+    row = line.split("\t")
+    if len(row) != width:
+        raise SmoothcertError(f"{path}:{lineno} has {len(row)} fields, the header has {width}")
+    return row
+
+
+def _parse_column(name: str, values: list[str]) -> np.ndarray:
+    if name == "time":
+        return np.array([parse_duration(v) for v in values], dtype=np.float64)
+    for dtype in (np.int64, np.float64):
+        try:
+            return np.array([dtype(v) if v else np.nan for v in values], dtype=dtype)
+        except (ValueError, OverflowError):
+            continue
+    return np.array(values, dtype=object)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``12.5`` or ``H:MM:SS[.ffffff]`` (str(datetime.timedelta), Cohen's files)."""
+    try:
+        if ":" not in text:
+            return float(text)
+        h, m, s = text.split(":")
+        days = 0
+        if "day" in h:  # "1 day, 2:03:04"
+            d, h = h.split(",")
+            days = int(d.split()[0])
+        return datetime.timedelta(
+            days=days, hours=int(h), minutes=int(m), seconds=float(s)
+        ).total_seconds()
+    except ValueError as e:
+        raise SmoothcertError(f"cannot read duration {text!r}") from e
+
+
+# --------------------------------------------------------------------------- merging shards
+def merge_records(paths: Iterable, out) -> Path:
+    """Validate the shard files of one run and write their union, sorted by idx, to ``out``.
+
+    Refuses (SmoothcertError) unless every file has a manifest with the same identity and
+    columns, the shards are exactly 0..K−1 of the same K, no index appears twice, and the union
+    is exactly the run's global index list (no gaps, e.g. from an unfinished shard).
+    """
+    parts = [read_records(p) for p in paths]
+    if not parts:
+        raise SmoothcertError("merge needs at least one record file")
+    manifests = [_merge_manifest(p) for p in parts]
+    _check_shards(parts, manifests)
+    rows = sorted((row for p in parts for row in p.rows()), key=lambda r: int(r["idx"]))
+    _check_coverage(parts, manifests[0], [int(r["idx"]) for r in rows])
+    out = Path(out)
+    _check_writable(out)
+    columns = parts[0].columns_order
+    body = "".join("\t".join(format_value(r[c]) for c in columns) + "\n" for r in rows)
+    merged = {
+        **manifests[0],
+        "shard": {"index": 0, "count": 1},
+        "merged_from": [str(p.path) for p in parts],
+    }
+    write_text_atomic(out, "\t".join(columns) + "\n" + body)
+    write_json_atomic(manifest_path(out), merged)
+    return out
+
+
+def _merge_manifest(part: Records) -> dict:
+    if part.manifest is None or "identity" not in part.manifest:
+        raise SmoothcertError(f"{part.path} has no smoothcert manifest; cannot validate the merge")
+    return part.manifest
+
+
+def _check_shards(parts: list[Records], manifests: list[dict]) -> None:
+    first = manifests[0]
+    for part, m in zip(parts, manifests, strict=False):
+        if m["identity"] != first["identity"] or m.get("columns") != first.get("columns"):
+            raise SmoothcertError(f"{part.path} was made with a different configuration")
+    counts = {m["shard"]["count"] for m in manifests}
+    shard_ids = sorted(m["shard"]["index"] for m in manifests)
+    if len(counts) != 1 or shard_ids != list(range(counts.pop())):
+        raise SmoothcertError(f"the files are shards {shard_ids}; expected each of 0..K-1 once")
+
+
+def _check_coverage(parts: list[Records], manifest: dict, idx: list[int]) -> None:
+    if len(set(idx)) != len(idx):
+        dup = sorted({i for i in idx if idx.count(i) > 1})[:5]
+        raise SmoothcertError(f"duplicate indices across the files: {dup}")
+    expected = global_indices(**manifest["indices"])
+    missing = sorted(set(expected) - set(idx))
+    if missing or len(idx) != len(expected):
+        raise SmoothcertError(
+            f"the shards are incomplete: {len(missing)} indices missing (first: {missing[:5]}); "
+            "rerun the unfinished shards to resume them"
+        )
