@@ -3,10 +3,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import Halfspace
 from scipy.stats import binom, norm
 
-from smoothcert import Gaussian, Smoothed, SmoothcertError, clopper_pearson_lower
+from conftest import Halfspace
+from smoothcert import Gaussian, SmoothcertError, Smoothed, clopper_pearson_lower
 from smoothcert.sampling import BatchedVotes
 
 
