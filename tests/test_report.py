@@ -1,0 +1,195 @@
+"""Report tables in every format, and the certified-accuracy plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from smoothcert.errors import SmoothcertError
+from smoothcert.plots import plot_certified_accuracy
+from smoothcert.records import read_records
+from smoothcert.report import FORMATS, get_format, radius_label, report
+
+COHEN_HEADER = ("idx", "label", "predict", "radius", "correct", "time")
+# The same 8 rows as tests/test_metrics.py: CA at GRID = 5/8, 4/8, 3/8, 2/8, 1/8, 0 (see there),
+# ACR = 2.8/8 = 0.35, clean 5/8, abstain 2/8.
+COHEN_ROWS = [
+    (0, 1, 1, 0.25, 1, "0:00:01.500000"),
+    (1, 2, 2, 0.5, 1, "0:00:02.500000"),
+    (2, 3, -1, 0.0, 0, "0:00:01.000000"),
+    (3, 4, 5, 0.8, 0, "0:00:03.000000"),
+    (4, 0, 0, 1.2, 1, "0:00:02.000000"),
+    (5, 6, 6, 0.1, 1, "0:00:01.000000"),
+    (6, 7, -1, 0.0, 0, "0:00:00.500000"),
+    (7, 8, 8, 0.75, 1, "0:01:00.500000"),
+]
+GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25)
+LABELS = ["r=0", "r=0.25", "r=0.5", "r=0.75", "r=1", "r=1.25"]
+CA = [0.625, 0.5, 0.375, 0.25, 0.125, 0.0]
+ACR, CLEAN, ABSTAIN = 0.35, 0.625, 0.25
+
+PREDICT_HEADER = ("idx", "label", "predict", "correct", "time", "count", "runner_up", "pvalue",
+                  "n", "alpha", "sigma", "seed")
+# 4 rows: 2 right, 1 wrong, 1 abstention → clean 0.5, abstain 0.25
+PREDICT_ROWS = [
+    (0, 1, 1, 1, 0.5, 90, 5, 1e-20, 100, 0.001, 0.25, 0),
+    (1, 2, -1, 0, 0.5, 50, 48, 0.9, 100, 0.001, 0.25, 0),
+    (2, 3, 4, 0, 0.5, 80, 10, 1e-10, 100, 0.001, 0.25, 0),
+    (3, 5, 5, 1, 0.5, 99, 1, 1e-25, 100, 0.001, 0.25, 0),
+]
+
+OURS_HEADER = ("idx", "label", "predict", "radius", "correct", "time", "p_lower", "nA", "n0", "n",
+               "alpha", "sigma", "seed")
+OURS_ROWS = [
+    (0, 1, 1, 0.9, 1, 0.25, 0.99, 99990, 100, 100000, 0.001, 0.5, 0),
+    (1, 2, 2, 0.3, 1, 0.25, 0.72, 72000, 100, 100000, 0.001, 0.5, 0),
+    (2, 3, -1, 0.0, 0, 0.25, 0.40, 40000, 100, 100000, 0.001, 0.5, 0),
+]
+
+
+def write_tsv(path, header, rows):
+    lines = ["\t".join(header)] + ["\t".join(str(v) for v in row) for row in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def files(tmp_path):
+    cohen = write_tsv(tmp_path / "cohen_noise_0.25.tsv", COHEN_HEADER, COHEN_ROWS)
+    pred = write_tsv(tmp_path / "pred.tsv", PREDICT_HEADER, PREDICT_ROWS)
+    return cohen, pred
+
+
+def _table_rows(text, sep, strip):
+    """Data lines of an md/latex table as lists of cells."""
+    return [[c.strip() for c in strip(line).split(sep)] for line in text.splitlines()]
+
+
+# --------------------------------------------------------------------------- formats
+def test_registry_has_the_four_formats():
+    assert set(FORMATS) >= {"md", "latex", "csv", "json"}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_every_format_names_every_file_and_radius(files, fmt):
+    text = report(files, GRID, fmt=fmt)
+    assert "cohen" in text and "pred" in text
+    assert all(label in text for label in LABELS)
+
+
+def test_markdown(files):
+    lines = _table_rows(report(files, GRID, fmt="md"), "|", lambda s: s.strip().strip("|"))
+    assert lines[0] == ["name", "n", "clean acc", "abstain", "ACR", *LABELS]
+    assert set(lines[1]) <= {"---", "---:"}
+    assert lines[2] == ["cohen_noise_0.25", "8", "62.5%", "25.0%", "0.350",
+                        "62.5%", "50.0%", "37.5%", "25.0%", "12.5%", "0.0%"]
+    assert lines[3] == ["pred", "4", "50.0%", "25.0%", "–", *["–"] * len(GRID)]
+
+
+def test_latex(files):
+    text = report(files, GRID, fmt="latex")
+    lines = text.splitlines()
+    assert lines[0] == r"\begin{tabular}{l" + "r" * (4 + len(GRID)) + "}"
+    assert [lines[1], lines[3], lines[-2], lines[-1]] == [
+        r"\toprule", r"\midrule", r"\bottomrule", r"\end{tabular}"]
+    rows = _table_rows("\n".join(lines[4:6]), "&", lambda s: s.removesuffix(r"\\"))
+    assert rows[0] == [r"cohen\_noise\_0.25", "8", r"62.5\%", r"25.0\%", "0.350",
+                       r"62.5\%", r"50.0\%", r"37.5\%", r"25.0\%", r"12.5\%", r"0.0\%"]
+    assert rows[1] == ["pred", "4", r"50.0\%", r"25.0\%", "--", *["--"] * len(GRID)]
+
+
+def test_csv_keeps_full_precision(files):
+    rows = list(csv.DictReader(io.StringIO(report(files, GRID, fmt="csv"))))
+    cohen, pred = rows
+    assert cohen["name"] == "cohen_noise_0.25" and cohen["n"] == "8"
+    assert float(cohen["acr"]) == pytest.approx(ACR, rel=1e-12)
+    assert (float(cohen["clean_accuracy"]), float(cohen["abstention_rate"])) == (CLEAN, ABSTAIN)
+    assert [float(cohen[label]) for label in LABELS] == CA
+    assert (float(pred["clean_accuracy"]), float(pred["abstention_rate"])) == (0.5, 0.25)
+    assert pred["acr"] == "" and all(pred[label] == "" for label in LABELS)
+
+
+def test_json_is_machine_readable(files):
+    cohen, pred = json.loads(report(files, GRID, fmt="json"))
+    assert cohen["name"] == "cohen_noise_0.25" and cohen["n"] == 8
+    assert cohen["acr"] == pytest.approx(ACR, rel=1e-12)
+    assert (cohen["clean_accuracy"], cohen["abstention_rate"]) == (CLEAN, ABSTAIN)
+    assert [cohen[label] for label in LABELS] == CA
+    assert (pred["clean_accuracy"], pred["abstention_rate"]) == (0.5, 0.25)
+    assert pred["acr"] is None and all(pred[label] is None for label in LABELS)
+
+
+def test_radii_as_text_and_one_path(files):
+    assert report(files[0], "0:1.25:0.25", fmt="json") == report([files[0]], GRID, fmt="json")
+
+
+def test_radius_labels_read_back():
+    assert [radius_label(r) for r in (0.0, 1.0, 0.3, 0.125)] == ["r=0", "r=1", "r=0.3", "r=0.125"]
+
+
+def test_unknown_format_raises(files):
+    with pytest.raises(SmoothcertError, match="unknown report format 'html'; known: csv, json"):
+        report(files, GRID, fmt="html")
+    with pytest.raises(SmoothcertError, match="known"):
+        get_format("txt")
+
+
+def test_empty_file_and_no_files_raise(tmp_path):
+    empty = write_tsv(tmp_path / "empty.tsv", COHEN_HEADER, [])
+    with pytest.raises(SmoothcertError, match="no rows"):
+        report([empty], GRID)
+    with pytest.raises(SmoothcertError, match="at least one"):
+        report([], GRID)
+
+
+# --------------------------------------------------------------------------- plots
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_two_files_is_a_png(tmp_path, files):
+    ours = write_tsv(tmp_path / "ours.tsv", OURS_HEADER, OURS_ROWS)
+    records = [read_records(p) for p in (files[0], ours, files[1])]  # the predict file is skipped
+    out = plot_certified_accuracy(records, tmp_path / "ca.png")
+    assert out == tmp_path / "ca.png"
+    assert (tmp_path / "ca.png").read_bytes()[:8] == PNG_MAGIC
+    assert not list(tmp_path.glob(".*.tmp"))  # the temporary file was renamed away
+
+
+def test_report_writes_plot(tmp_path, files):
+    report(files, GRID, fmt="md", plot=tmp_path / "fig.png")
+    assert (tmp_path / "fig.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_plot_other_suffix_and_max_radius(tmp_path, files):
+    plot_certified_accuracy([read_records(files[0])], tmp_path / "ca.svg", max_radius=0.6)
+    assert b"<svg" in (tmp_path / "ca.svg").read_bytes()[:1000]
+
+
+def test_plot_errors(tmp_path, files):
+    with pytest.raises(SmoothcertError, match="no record file has a radius"):
+        plot_certified_accuracy([read_records(files[1])], tmp_path / "x.png")
+    with pytest.raises(SmoothcertError, match="not supported"):
+        plot_certified_accuracy([read_records(files[0])], tmp_path / "x.notaformat")
+    with pytest.raises(SmoothcertError, match="does not exist"):
+        plot_certified_accuracy([read_records(files[0])], tmp_path / "nodir" / "x.png")
+    assert not list(tmp_path.glob("x.*")) and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_no_matplotlib_at_import_and_no_global_state(tmp_path, files):
+    code = (
+        "import sys, smoothcert.report, smoothcert.plots, smoothcert.metrics\n"
+        "assert 'matplotlib' not in sys.modules, 'matplotlib imported at package import'\n"
+        "import matplotlib\n"
+        "matplotlib.use('svg')\n"
+        "from smoothcert.plots import plot_certified_accuracy\n"
+        "from smoothcert.records import read_records\n"
+        f"plot_certified_accuracy([read_records({str(files[0])!r})], {str(tmp_path / 'a.png')!r})\n"
+        "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"
+        "assert 'matplotlib.pyplot' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
