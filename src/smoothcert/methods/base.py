@@ -1,0 +1,122 @@
+"""Training methods: one loss per paper, registered by name.
+
+A method turns a batch into a dict of losses; the one trainer loop (``train.py``) minimises
+``"loss"``, measures accuracy from ``"logits"`` and logs every other scalar entry without knowing
+which method produced it. Hyperparameters are keyword-only constructor arguments with defaults;
+:func:`build_method` is the boundary that checks them.
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import SmoothcertError, unknown_name
+
+METHODS: dict[str, type[TrainingMethod]] = {}
+
+
+def register_method(name: str) -> Callable[[type[TrainingMethod]], type[TrainingMethod]]:
+    """Class decorator: make a :class:`TrainingMethod` buildable as ``build_method(name)``."""
+
+    def register(cls: type[TrainingMethod]) -> type[TrainingMethod]:
+        if name in METHODS:
+            raise ValueError(f"method {name!r} is already registered by {METHODS[name].__name__}")
+        cls.name = name
+        METHODS[name] = cls
+        return cls
+
+    return register
+
+
+def build_method(name: str, **hparams: Any) -> TrainingMethod:
+    """The registered method ``name`` with the given hyperparameters (the rest at their defaults).
+
+    Raises :class:`SmoothcertError` for an unknown name, an unknown hyperparameter or an invalid
+    value, naming the valid choices.
+    """
+    if name not in METHODS:
+        raise unknown_name("method", name, METHODS)
+    cls = METHODS[name]
+    valid = cls.hparam_names()
+    unknown = sorted(set(hparams) - set(valid))
+    if unknown:
+        raise SmoothcertError(
+            f"unknown hyperparameter(s) {', '.join(unknown)} for method {name!r}; "
+            f"valid: {', '.join(valid) or '(none)'}"
+        )
+    try:
+        return cls(**hparams)
+    except SmoothcertError as err:
+        hint = f"hyperparameters: {', '.join(valid)}"
+        raise SmoothcertError(f"method {name!r}: {err} ({hint})") from None
+
+
+@dataclass(frozen=True)
+class EpochContext:
+    """What :meth:`TrainingMethod.on_epoch_start` may look at: the run as it stands."""
+
+    num_epochs: int
+    model: nn.Module
+    train_data: Any  # smoothcert.data.ImageDataset, already on the training device
+    noise: Any  # the noise strategy (smoothcert.Gaussian)
+
+
+class TrainingMethod(abc.ABC):
+    """A training objective for the base classifier of a smoothed classifier.
+
+    Subclasses take their hyperparameters as keyword-only ``__init__`` arguments with defaults,
+    validate them there (raising :class:`SmoothcertError`), store each as an attribute of the same
+    name, and implement :meth:`loss`.
+    """
+
+    name: str = ""
+
+    @classmethod
+    def hparam_names(cls) -> list[str]:
+        """The keyword-only constructor arguments, in declaration order."""
+        params = inspect.signature(cls.__init__).parameters.values()
+        return [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+    def hparams(self) -> dict[str, Any]:
+        """Hyperparameters as plain Python values (stored in checkpoints and configs)."""
+        return {k: getattr(self, k) for k in self.hparam_names()}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.hparams().items())
+        return f"{type(self).__name__}({args})"
+
+    @abc.abstractmethod
+    def loss(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        noise,
+        generator: torch.Generator,
+    ) -> dict[str, torch.Tensor]:
+        """Losses for a clean batch ``x`` (B, C, H, W) in [0, 1] with labels ``y`` (B,) int64.
+
+        ``model`` is in train mode; every random draw comes from ``generator`` (on x's device).
+        Returns at least ``"loss"`` (scalar to minimise) and ``"logits"`` (B, num_classes) from
+        which the trainer counts training accuracy; every other entry must be a scalar tensor
+        and is logged (as its epoch mean) under its key. Return the same keys on every call.
+        """
+
+    def on_epoch_start(self, epoch: int, context: EpochContext) -> None:
+        """Called before epoch ``epoch`` (0-based: the number of epochs already completed)."""
+        return None  # most methods need no schedule
+
+    def state_dict(self) -> dict[str, Any]:
+        """Method state that changes during training (saved with checkpoints); none by default."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned when resuming."""
+        return None

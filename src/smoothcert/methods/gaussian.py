@@ -1,0 +1,33 @@
+"""Gaussian data augmentation."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from ..errors import check_count
+from .base import TrainingMethod, register_method
+
+
+@register_method("gaussian")
+class GaussianAugmentation(TrainingMethod):
+    """Cohen, Rosenfeld & Kolter, "Certified Adversarial Robustness via Randomized Smoothing",
+    ICML 2019: train the base classifier with cross-entropy on noisy inputs x + δ, δ ~ N(0, σ²I).
+
+    With ``num_noise`` = m > 1 each input is repeated m times with independent noise and the
+    cross-entropy is averaged over all B·m noisy inputs (the multi-noise variant of Salman et al.
+    2019, §4; m = 1 is Cohen's recipe). Noise is added in pixel space; σ comes from ``noise``.
+
+    The noise copies are laid out copy-major, ``x.repeat(m, 1, 1, 1)``: the first copy of every
+    input is drawn first, so the first B draws do not depend on m. ``"logits"`` are those of the
+    first copy (for the trainer's noisy training accuracy).
+    """
+
+    def __init__(self, *, num_noise: int = 1):
+        self.num_noise = check_count("num_noise", num_noise)  # m: noise copies per input
+
+    def loss(self, model, x, y, noise, generator):
+        m = self.num_noise
+        x_rep = x.repeat((m,) + (1,) * (x.dim() - 1))  # (m·B, C, H, W), copy-major
+        logits = model(x_rep + noise.sample(x_rep, generator))
+        ce = F.cross_entropy(logits, y.repeat(m))  # mean over all B·m noisy inputs
+        return {"loss": ce, "logits": logits[: x.shape[0]], "ce": ce.detach()}

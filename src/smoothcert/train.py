@@ -1,0 +1,530 @@
+"""The one trainer loop: SGD on a method's loss, with checkpoints that resume bit-for-bit.
+
+A run lives in one folder::
+
+    DIR/config.yaml     the resolved TrainConfig (written at start)
+    DIR/log.tsv         one row per completed epoch, flushed and fsynced
+    DIR/checkpoint.pt   weights + metadata + everything needed to resume (written after each epoch)
+
+Every random draw comes from a generator seeded from ``config.seed``: the model's initialisation,
+the per-epoch shuffle (a CPU generator), and the augmentation and noise draws (a generator on the
+training device). Their states go into the checkpoint, so an interrupted run resumed with
+``resume=True`` ends with the same weights as an uninterrupted one (on the same device and
+software). The trainer never branches on the method: a method returns ``{"loss", "logits", ...}``
+and every other scalar it returns becomes a log column.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch.optim import SGD
+from torch.optim.lr_scheduler import LRScheduler, MultiStepLR, StepLR
+from tqdm import tqdm
+
+from .errors import SmoothcertError, check_count, check_positive_finite, unknown_name
+from .methods import EpochContext, build_method
+from .noise import Gaussian
+from .rng import derived_seed
+from .sampling import eval_mode
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT, LOG, CONFIG = "checkpoint.pt", "log.tsv", "config.yaml"
+
+# Stream tags for derived_seed(config.seed, tag): far from dataset example indices.
+_INIT, _SHUFFLE, _NOISE, _EVAL = (0x7EA1_0000 + k for k in range(4))
+
+
+# --------------------------------------------------------------------------- config
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines a training run (except the device).
+
+    Validated and normalised at construction: ``method_params`` is completed with the method's
+    defaults, so equal runs have equal configs. Units: ``sigma`` in pixel units of [0, 1] inputs,
+    ``lr_step_size`` and ``lr_milestones`` in epochs. Defaults follow Cohen et al. 2019 (SGD,
+    lr 0.1, momentum 0.9, weight decay 1e-4, lr × 0.1 every 30 epochs, batch 256).
+    """
+
+    dataset: str
+    arch: str
+    sigma: float
+    epochs: int
+    method: str = "gaussian"
+    method_params: dict = field(default_factory=dict)
+    batch_size: int = 256
+    lr: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 1e-4
+    lr_schedule: str = "step"  # "step" | "multistep" | "constant"
+    lr_step_size: int = 30  # "step": lr *= lr_gamma every lr_step_size epochs
+    lr_milestones: tuple = (30, 60)  # "multistep": lr *= lr_gamma at each of these epochs
+    lr_gamma: float = 0.1
+    seed: int = 0
+    data_root: str | None = None
+
+    def __post_init__(self):
+        for name, value in _validated(self).items():
+            object.__setattr__(self, name, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain Python values (lists, not tuples), ready for YAML and checkpoints."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d.update(method_params=dict(self.method_params), lr_milestones=list(self.lr_milestones))
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:
+        """Inverse of :meth:`to_dict`; unknown or missing keys raise, listing the valid ones."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(names))
+        if unknown:
+            raise SmoothcertError(
+                f"unknown config key(s) {', '.join(unknown)}; valid: {', '.join(names)}"
+            )
+        missing = [f.name for f in dataclasses.fields(cls) if _required(f) and f.name not in d]
+        if missing:
+            raise SmoothcertError(f"config is missing required key(s): {', '.join(missing)}")
+        return cls(**d)
+
+    def differences(self, other: TrainConfig) -> list[str]:
+        """Keys whose values differ from ``other`` (``data_root`` excepted: the data may move)."""
+        a, b = self.to_dict(), other.to_dict()
+        return [k for k in a if k != "data_root" and a[k] != b[k]]
+
+
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _validated(c: TrainConfig) -> dict[str, Any]:
+    """Checked and normalised values of every field; raises SmoothcertError on the first bad one."""
+    params = c.method_params
+    if not isinstance(params, Mapping):
+        raise SmoothcertError(f"method_params must be a mapping, got {type(params).__name__}")
+    return {
+        "dataset": _check_name("dataset", c.dataset, _known_datasets()),
+        "arch": _check_name("arch", c.arch, _known_archs()),
+        "sigma": check_positive_finite("sigma", c.sigma),
+        "epochs": check_count("epochs", c.epochs),
+        "method_params": build_method(_check_str("method", c.method), **params).hparams(),
+        "batch_size": check_count("batch_size", c.batch_size),
+        "lr": check_positive_finite("lr", c.lr),
+        "momentum": _check_range("momentum", c.momentum, 0.0, 1.0),
+        "nesterov": _check_nesterov(c.nesterov, c.momentum),
+        "weight_decay": _check_range("weight_decay", c.weight_decay, 0.0, math.inf),
+        "lr_schedule": _check_name("lr_schedule", c.lr_schedule, SCHEDULES),
+        "lr_step_size": check_count("lr_step_size", c.lr_step_size),
+        "lr_milestones": _check_milestones(c.lr_milestones),
+        "lr_gamma": check_positive_finite("lr_gamma", c.lr_gamma),
+        "seed": check_count("seed", c.seed, minimum=0),
+        "data_root": None if c.data_root is None else os.fspath(c.data_root),
+    }
+
+
+def _check_str(name: str, value) -> str:
+    if not isinstance(value, str):
+        raise SmoothcertError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def _check_name(kind: str, value, known) -> str:
+    if _check_str(kind, value) not in known:
+        raise unknown_name(kind, value, known)
+    return value
+
+
+def _check_range(name: str, value, low: float, high: float) -> float:
+    """low <= value < high."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not low <= value < high:
+        raise SmoothcertError(f"{name} must be a number in [{low}, {high}), got {value!r}")
+    return float(value)
+
+
+def _check_nesterov(nesterov, momentum) -> bool:
+    if not isinstance(nesterov, bool):
+        raise SmoothcertError(f"nesterov must be true or false, got {nesterov!r}")
+    if nesterov and not momentum > 0:
+        raise SmoothcertError("nesterov momentum needs momentum > 0")
+    return nesterov
+
+
+def _check_milestones(milestones) -> tuple:
+    values = tuple(milestones) if isinstance(milestones, (list, tuple)) else None
+    ok = values is not None and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values
+    )
+    if not ok or list(values) != sorted(set(values)):
+        raise SmoothcertError(
+            f"lr_milestones must be strictly increasing epochs >= 1, got {milestones!r}"
+        )
+    return values
+
+
+def _known_datasets():
+    from .data import DATASETS
+
+    return DATASETS
+
+
+def _known_archs():
+    from .models import MODELS
+
+    return MODELS
+
+
+# --------------------------------------------------------------------------- schedules
+def _step(opt, c: TrainConfig) -> LRScheduler:
+    return StepLR(opt, step_size=c.lr_step_size, gamma=c.lr_gamma)
+
+
+def _multistep(opt, c: TrainConfig) -> LRScheduler:
+    return MultiStepLR(opt, milestones=list(c.lr_milestones), gamma=c.lr_gamma)
+
+
+def _constant(opt, c: TrainConfig) -> LRScheduler:
+    return MultiStepLR(opt, milestones=[], gamma=1.0)
+
+
+SCHEDULES: dict[str, Callable[[Any, TrainConfig], LRScheduler]] = {
+    "step": _step,
+    "multistep": _multistep,
+    "constant": _constant,
+}
+"""Learning-rate schedules by name, each stepped once per epoch."""
+
+
+# --------------------------------------------------------------------------- trainer
+class Trainer:
+    """Model, optimiser, schedule, method, noise and generators of one run, on one device.
+
+    :meth:`train_epoch` runs one epoch and returns its log row; :meth:`meta` and
+    :meth:`train_state` are what a checkpoint stores, :meth:`load` restores them.
+    """
+
+    def __init__(self, config: TrainConfig, device="cpu"):
+        from .data import load_dataset
+
+        self.config, self.device = config, torch.device(device)
+        self.train_data = load_dataset(config.dataset, "train", config.data_root).to(self.device)
+        self.test_data = load_dataset(config.dataset, "test", config.data_root).to(self.device)
+        self.model = _initial_model(config, self.train_data.spec).to(self.device)
+        self.method = build_method(config.method, **config.method_params)
+        self.noise = Gaussian(config.sigma)
+        self.optimizer = SGD(
+            self.model.parameters(),
+            lr=config.lr,
+            momentum=config.momentum,
+            nesterov=config.nesterov,
+            weight_decay=config.weight_decay,
+        )
+        self.scheduler = SCHEDULES[config.lr_schedule](self.optimizer, config)
+        self.shuffle_gen = torch.Generator().manual_seed(derived_seed(config.seed, _SHUFFLE))
+        self.noise_gen = _generator(self.device, derived_seed(config.seed, _NOISE))
+        self.epoch = 0  # completed epochs
+
+    def train_epoch(self, progress: bool = False) -> dict[str, float]:
+        """One pass over the shuffled training set; returns the log row of the epoch."""
+        self.method.on_epoch_start(self.epoch, self._context())
+        lr, start, meter = self.optimizer.param_groups[0]["lr"], time.perf_counter(), _Meter()
+        batches = self._batches()
+        bar = tqdm(total=len(batches), desc=f"epoch {self.epoch + 1}/{self.config.epochs}",
+                   disable=not progress, file=sys.stderr, leave=False)
+        with bar:
+            for i, idx in enumerate(batches):
+                meter.update(*self._step(idx))
+                if progress and (i % 10 == 9 or i == len(batches) - 1):  # syncs: not per batch
+                    bar.set_postfix(loss=f"{meter.mean('loss'):.3f}", acc=f"{meter.accuracy():.3f}")
+                bar.update()
+        seconds = time.perf_counter() - start
+        self.scheduler.step()
+        self.epoch += 1
+        return self._row(lr, meter, seconds)
+
+    def _step(self, idx: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        x, y = self.train_data.batch(idx)
+        x = _augment(self.train_data.spec.augmentation, x, self.noise_gen)
+        self.model.train()
+        out = self.method.loss(self.model, x, y, self.noise, self.noise_gen)
+        self.optimizer.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        self.optimizer.step()
+        return out, y
+
+    def _batches(self) -> list[torch.Tensor]:
+        """This epoch's shuffled index batches; a last batch of one joins the previous one
+        (BatchNorm cannot normalise a single example)."""
+        perm = torch.randperm(len(self.train_data), generator=self.shuffle_gen).to(self.device)
+        batches = list(perm.split(self.config.batch_size))
+        if len(batches) > 1 and len(batches[-1]) == 1:
+            batches[-2:] = [torch.cat(batches[-2:])]
+        return batches
+
+    def _row(self, lr: float, meter: _Meter, seconds: float) -> dict[str, float]:
+        means = meter.means()
+        if not math.isfinite(means["loss"]):
+            raise SmoothcertError(
+                f"the training loss became {means['loss']} in epoch {self.epoch}; "
+                "lower the learning rate (nothing was written for this epoch)"
+            )
+        head = {"epoch": self.epoch, "lr": lr, "loss": means.pop("loss")}
+        tail = {"test_acc": self.noisy_test_accuracy(), "seconds": seconds}
+        return {**head, "train_acc": meter.accuracy(), **tail, **means}
+
+    def noisy_test_accuracy(self) -> float:
+        """Accuracy of the base model on the test split under one noise draw per image.
+
+        The draws are the same every epoch (a generator re-seeded from the run seed), so the
+        column is comparable across epochs. This is not a certified accuracy.
+        """
+        gen = _generator(self.device, derived_seed(self.config.seed, _EVAL))
+        n, correct = len(self.test_data), torch.zeros((), dtype=torch.long, device=self.device)
+        with eval_mode(self.model), torch.inference_mode():
+            for idx in torch.arange(n, device=self.device).split(self.config.batch_size):
+                x, y = self.test_data.batch(idx)
+                correct += (self.model(self.noise.perturb(x, gen)).argmax(dim=1) == y).sum()
+        return correct.item() / n
+
+    def _context(self) -> EpochContext:
+        return EpochContext(self.config.epochs, self.model, self.train_data, self.noise)
+
+    def meta(self) -> dict[str, Any]:
+        """The checkpoint's self-description (plain Python values only)."""
+        from .models.checkpoint import checkpoint_meta
+
+        spec, c = self.train_data.spec, self.config
+        meta = checkpoint_meta(
+            arch=c.arch,
+            dataset=c.dataset,
+            num_classes=spec.num_classes,
+            input_shape=spec.input_shape,
+            mean=spec.mean,
+            std=spec.std,
+            noise={"name": "gaussian", "sigma": c.sigma},
+            method={"name": c.method, "hparams": self.method.hparams()},
+            epoch=self.epoch,
+            config=c.to_dict(),
+        )
+        # torch.__version__ is a str subclass that weights-only loading refuses: store plain str.
+        meta["versions"] = {k: str(v) for k, v in meta["versions"].items()}
+        return meta
+
+    def train_state(self) -> dict[str, Any]:
+        """Everything besides the weights that an exact resume needs."""
+        return {
+            "epoch": self.epoch,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": _plain_scheduler_state(self.scheduler.state_dict()),
+            "shuffle_generator": self.shuffle_gen.get_state(),
+            "noise_generator": self.noise_gen.get_state(),
+            "method": self.method.state_dict(),
+        }
+
+    def load(self, checkpoint) -> None:
+        """Restore weights and training state from a loaded checkpoint of the same config."""
+        state = checkpoint.train_state
+        if not state:
+            raise SmoothcertError("the checkpoint has no training state to resume from")
+        self.model.load_state_dict(checkpoint.state_dict)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(_scheduler_state(state["scheduler"]))
+        self.shuffle_gen.set_state(state["shuffle_generator"])
+        self.noise_gen.set_state(state["noise_generator"])
+        self.method.load_state_dict(state["method"])
+        self.epoch = int(state["epoch"])
+
+
+def _initial_model(config: TrainConfig, spec) -> torch.nn.Module:
+    """The architecture initialised from the run seed, without touching the global RNG state."""
+    from .models import build_model
+
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(derived_seed(config.seed, _INIT))
+        return build_model(config.arch, spec.num_classes, spec.input_shape, spec.mean, spec.std)
+
+
+def _augment(kind, x, generator):
+    from .data import augment
+
+    return augment(kind, x, generator)
+
+
+def _generator(device: torch.device, seed: int) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def _plain_scheduler_state(state: dict) -> dict:
+    """MultiStepLR keeps its milestones in a Counter; store a dict (older torch refuses Counters
+    under weights_only loading)."""
+    if isinstance(state.get("milestones"), collections.Counter):
+        state = {**state, "milestones": dict(state["milestones"])}
+    return state
+
+
+def _scheduler_state(state: dict) -> dict:
+    if isinstance(state.get("milestones"), dict):
+        state = {**state, "milestones": collections.Counter(state["milestones"])}
+    return state
+
+
+class _Meter:
+    """Epoch sums of the method's scalars (weighted by batch size) and of correct predictions,
+    kept on the device so that logging costs no host synchronisation per batch."""
+
+    def __init__(self):
+        self.sums: dict[str, torch.Tensor] = {}
+        self.correct, self.count = 0, 0
+
+    def update(self, out: dict[str, torch.Tensor], y: torch.Tensor) -> None:
+        b = len(y)
+        for key, value in out.items():
+            if key != "logits":
+                self.sums[key] = self.sums.get(key, 0) + value.detach().float() * b
+        self.correct = self.correct + (out["logits"].detach().argmax(dim=1) == y).sum()
+        self.count += b
+
+    def mean(self, key: str) -> float:
+        return float(self.sums[key]) / self.count
+
+    def means(self) -> dict[str, float]:
+        return {key: self.mean(key) for key in self.sums}
+
+    def accuracy(self) -> float:
+        return float(self.correct) / self.count
+
+
+# --------------------------------------------------------------------------- run folder
+def train(
+    config: TrainConfig, out_dir, device="cpu", resume: bool = False, progress: bool = True
+) -> Path:
+    """Train a base classifier as ``config`` says, in the run folder ``out_dir``; returns the path
+    of ``out_dir/checkpoint.pt``.
+
+    Without ``resume`` an existing checkpoint is refused. With ``resume`` an existing checkpoint
+    must hold the same config (``data_root`` aside); training continues after its last completed
+    epoch with the same schedule and random streams, so the final weights equal those of an
+    uninterrupted run. A run whose epochs are all done returns at once.
+    """
+    out = Path(out_dir)
+    path = out / CHECKPOINT
+    checkpoint = _checkpoint_to_resume(config, path, resume)
+    if checkpoint is not None and checkpoint.meta["epoch"] >= config.epochs:
+        log.warning("%s: all %d epochs are done; nothing to train", path, config.epochs)
+        return path
+    trainer = Trainer(config, device)
+    if checkpoint is not None:
+        trainer.load(checkpoint)
+        log.info("resuming %s after epoch %d", path, trainer.epoch)
+    _write_config(out, config)
+    epoch_log = _EpochLog(out / LOG, trainer.epoch)
+    while trainer.epoch < config.epochs:
+        row = trainer.train_epoch(progress)
+        epoch_log.append(row)
+        _save(path, trainer)
+        _report(row, progress)
+    return path
+
+
+def _checkpoint_to_resume(config: TrainConfig, path: Path, resume: bool):
+    """The checkpoint to continue from, None for a fresh start; raises when it must not be used."""
+    if not path.exists():
+        return None
+    if not resume:
+        raise SmoothcertError(
+            f"{path} already exists; pass --resume (resume=True) to continue that run, "
+            "or choose another --out"
+        )
+    from .models.checkpoint import load_checkpoint
+
+    checkpoint = load_checkpoint(path)
+    _check_same_config(config, checkpoint.meta, path)
+    return checkpoint
+
+
+def _check_same_config(config: TrainConfig, meta: dict, path: Path) -> None:
+    if not isinstance(meta.get("config"), dict):
+        raise SmoothcertError(f"{path} holds no training config; it cannot be resumed")
+    stored = TrainConfig.from_dict(meta["config"])
+    keys = config.differences(stored)
+    if keys:
+        said = "; ".join(f"{k}: checkpoint {stored.to_dict()[k]!r}, asked {config.to_dict()[k]!r}"
+                         for k in keys)
+        raise SmoothcertError(
+            f"cannot resume {path}: the config differs ({said}); "
+            "use the run's config (its config.yaml) or another --out"
+        )
+
+
+def _save(path: Path, trainer: Trainer) -> None:
+    from .models.checkpoint import save_checkpoint
+
+    save_checkpoint(path, trainer.model, trainer.meta(), trainer.train_state())
+
+
+def _write_config(out: Path, config: TrainConfig) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (CONFIG + ".tmp")
+    tmp.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    os.replace(tmp, out / CONFIG)
+
+
+def _report(row: dict[str, float], progress: bool) -> None:
+    if progress:
+        cells = (f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+        tqdm.write(" ".join(cells), file=sys.stderr)
+
+
+class _EpochLog:
+    """DIR/log.tsv: a header, then one full-precision row per completed epoch.
+
+    Rows are written before the epoch's checkpoint; on resume, rows after the checkpoint's epoch
+    (and a torn last line) are dropped, so the file always has exactly one row per saved epoch.
+    """
+
+    def __init__(self, path: Path, epoch: int):
+        self.path = path
+        if epoch == 0:
+            path.unlink(missing_ok=True)
+        elif path.exists():
+            _trim_log(path, epoch)
+
+    def append(self, row: dict[str, float]) -> None:
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        header = list(row) if new else self.path.read_text().split("\n", 1)[0].split("\t")
+        if sorted(header) != sorted(row):
+            raise RuntimeError(f"log columns changed: {header} vs {list(row)}")
+        with open(self.path, "a") as f:
+            if new:
+                f.write("\t".join(header) + "\n")
+            f.write("\t".join(_cell(row[k]) for k in header) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _cell(value) -> str:
+    return repr(float(value)) if isinstance(value, float) else str(value)
+
+
+def _trim_log(path: Path, epoch: int) -> None:
+    lines = path.read_text().split("\n")
+    header, rows = lines[0], lines[1:-1]  # lines[-1]: "" or a torn line
+    width = len(header.split("\t"))
+    kept = [r for r in rows if len(r.split("\t")) == width and int(r.split("\t")[0]) <= epoch]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join([header, *kept]) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,109 @@
+"""Training methods: every registry entry gives a finite scalar loss with gradients; golden checks.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from smoothcert import Gaussian, SmoothcertError
+from smoothcert.methods import METHODS, TrainingMethod, build_method, register_method
+
+B, C, H, W, K = 6, 1, 8, 8, 10
+
+
+def tiny_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(C * H * W, 16), nn.ReLU(), nn.Linear(16, K))
+
+
+def batch():
+    gen = torch.Generator().manual_seed(1)
+    return torch.rand(B, C, H, W, generator=gen), torch.randint(0, K, (B,), generator=gen)
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_every_method_gives_finite_scalar_loss_with_gradients(name):
+    model, (x, y) = tiny_model(), batch()
+    out = build_method(name).loss(model, x, y, Gaussian(0.25), torch.Generator().manual_seed(0))
+    assert out["loss"].dim() == 0 and torch.isfinite(out["loss"])
+    assert out["logits"].shape == (B, K)
+    assert all(v.dim() == 0 for k, v in out.items() if k != "logits")
+    out["loss"].backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert any(g.abs().sum() > 0 for g in grads)
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_every_method_round_trips_its_hparams(name):
+    method = build_method(name)
+    assert build_method(name, **method.hparams()).hparams() == method.hparams()
+    plain = (bool, int, float, str, type(None))
+    assert all(isinstance(v, plain) for v in method.hparams().values())
+
+
+def test_gaussian_m1_equals_cross_entropy_on_identically_seeded_noise():
+    model, (x, y) = tiny_model(), batch()
+    noise = Gaussian(0.5)
+    out = build_method("gaussian").loss(model, x, y, noise, torch.Generator().manual_seed(7))
+    x_noisy = x + noise.sample(x, torch.Generator().manual_seed(7))
+    expected = F.cross_entropy(model(x_noisy), y)
+    torch.testing.assert_close(out["loss"], expected, rtol=0, atol=0)
+    torch.testing.assert_close(out["logits"], model(x_noisy), rtol=0, atol=0)
+
+
+def test_gaussian_with_m_copies_averages_over_all_noisy_inputs():
+    model, (x, y) = tiny_model(), batch()
+    noise, m = Gaussian(0.5), 3
+    out = build_method("gaussian", num_noise=m).loss(
+        model, x, y, noise, torch.Generator().manual_seed(7)
+    )
+    gen = torch.Generator().manual_seed(7)
+    draws = noise.sample(x.repeat(m, 1, 1, 1), gen).view(m, B, C, H, W)  # copy-major
+    per_copy = [F.cross_entropy(model(x + draws[j]), y) for j in range(m)]
+    torch.testing.assert_close(out["loss"], torch.stack(per_copy).mean(), rtol=1e-6, atol=1e-7)
+    # a batch of m·B rows may take another matmul path than B rows: allow float32 rounding
+    torch.testing.assert_close(out["logits"], model(x + draws[0]), rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(per_copy[0], per_copy[1])  # the copies see different noise
+
+
+def test_gaussian_loss_depends_on_sigma():
+    model, (x, y) = tiny_model(), batch()
+    method = build_method("gaussian")
+    loss = [
+        method.loss(model, x, y, Gaussian(s), torch.Generator().manual_seed(0))["loss"]
+        for s in (0.01, 2.0)
+    ]
+    assert not torch.allclose(loss[0], loss[1])
+
+
+def test_unknown_method_names_the_known_ones():
+    with pytest.raises(SmoothcertError, match="unknown method 'nope'.*gaussian"):
+        build_method("nope")
+
+
+@pytest.mark.parametrize(
+    "hparams, match",
+    [
+        ({"sigma": 0.5}, "unknown hyperparameter.*sigma.*valid: num_noise"),
+        ({"num_noise": 0}, "num_noise.*>= 1"),
+        ({"num_noise": 2.5}, "num_noise"),
+        ({"num_noise": True}, "num_noise"),
+    ],
+)
+def test_bad_gaussian_hparams_raise(hparams, match):
+    with pytest.raises(SmoothcertError, match=match):
+        build_method("gaussian", **hparams)
+
+
+def test_registering_a_name_twice_is_refused():
+    with pytest.raises(ValueError, match="already registered"):
+
+        @register_method("gaussian")
+        class Clash(TrainingMethod):
+            def loss(self, model, x, y, noise, generator):
+                raise NotImplementedError
+    assert METHODS["gaussian"].__name__ == "GaussianAugmentation"
