@@ -1,0 +1,273 @@
+"""Architectures, the model registry and the normalization layer.
+
+Every model is ``nn.Sequential(NormalizeLayer(mean, std), net)``: it takes pixels in [0, 1] of
+shape (B, C, H, W) and returns logits (B, num_classes). Normalization is the first layer so that
+noise is added, and radii are measured, in pixel space (Cohen et al. 2019, ``datasets.py``). The
+state-dict keys are therefore ``0.mean``, ``0.std`` and ``1.<net keys>``, the ``1.*`` layout of the
+checkpoints released by Cohen et al. and the works built on their code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from ..errors import SmoothcertError, unknown_name
+
+# A factory builds the bare network for (num_classes, input_shape=(C, H, W)); it raises
+# SmoothcertError for input shapes the architecture cannot take.
+ModelFactory = Callable[[int, "tuple[int, int, int]"], nn.Module]
+MODELS: dict[str, ModelFactory] = {}
+
+
+def register_model(name: str) -> Callable[[ModelFactory], ModelFactory]:
+    def wrap(factory: ModelFactory) -> ModelFactory:
+        MODELS[name] = factory
+        return factory
+
+    return wrap
+
+
+class NormalizeLayer(nn.Module):
+    """(x − mean) / std per channel; x (B, C, H, W) in pixel units.
+
+    ``mean`` and ``std`` are persistent buffers of shape (C, 1, 1), so they travel with the state
+    dict and the model's device.
+    """
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]):
+        super().__init__()
+        if len(mean) != len(std) or not all(s > 0 for s in std):
+            raise SmoothcertError(
+                f"normalization needs one mean and one positive std per channel, "
+                f"got mean={tuple(mean)} std={tuple(std)}"
+            )
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(-1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+
+def build_model(
+    arch: str,
+    num_classes: int,
+    input_shape: Sequence[int],
+    mean: Sequence[float],
+    std: Sequence[float],
+) -> nn.Sequential:
+    """``Sequential(NormalizeLayer(mean, std), net)`` for ``arch``, freshly initialized.
+
+    The result carries ``input_shape`` (C, H, W) and ``num_classes`` as attributes (the smoothed
+    classifier validates inputs against them).
+    """
+    if arch not in MODELS:
+        raise unknown_name("architecture", arch, MODELS)
+    shape = _check_shape(input_shape)
+    if len(mean) != shape[0] or len(std) != shape[0]:
+        raise SmoothcertError(
+            f"input has {shape[0]} channels but normalization has {len(mean)} means and "
+            f"{len(std)} stds; give one per channel"
+        )
+    model = nn.Sequential(NormalizeLayer(mean, std), MODELS[arch](int(num_classes), shape))
+    model.input_shape = shape
+    model.num_classes = int(num_classes)
+    return model
+
+
+def _check_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
+    shape = tuple(int(s) for s in input_shape)
+    if len(shape) != 3 or min(shape) < 1:
+        raise SmoothcertError(f"input_shape must be (C, H, W) with positive sizes, got {shape}")
+    return shape
+
+
+def _require_channels(arch: str, input_shape: tuple[int, int, int], channels: int) -> None:
+    if input_shape[0] != channels:
+        raise SmoothcertError(
+            f"{arch} takes {channels}-channel inputs, got {input_shape[0]} channels; "
+            f"choose an architecture that fits the dataset"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Small CNNs for 8×8 digits and 28×28 (Fashion-)MNIST.
+
+
+@register_model("digits_cnn")
+def digits_cnn(num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
+    """Two 3×3 convolutions (32, 64 channels), 2×2 max-pool, a 128-unit hidden layer.
+
+    Sized for sklearn's 1×8×8 digits; any C×H×W with H, W ≥ 2 works (flatten size computed).
+    """
+    c, h, w = input_shape
+    if h < 2 or w < 2:
+        raise SmoothcertError(f"digits_cnn needs inputs of at least 2×2 pixels, got {h}×{w}")
+    return nn.Sequential(
+        nn.Conv2d(c, 32, kernel_size=3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, kernel_size=3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * (h // 2) * (w // 2), 128),
+        nn.ReLU(),
+        nn.Linear(128, num_classes),
+    )
+
+
+class LeNet(nn.Module):
+    """Caffe-style LeNet as used for MNIST by Jeong & Shin (NeurIPS 2020), ``archs/lenet.py``.
+
+    conv5×5 C→20, ReLU, max-pool 2; conv5×5 20→50, ReLU, max-pool 2; fc→500, ReLU; fc→classes.
+    Attribute names (conv1, conv2, fc1, fc2) match theirs so released weights load. The flatten
+    size is 50·⌊(⌊(H−4)/2⌋−4)/2⌋·(same for W): 800 for 28×28.
+    """
+
+    def __init__(self, num_classes: int, input_shape: tuple[int, int, int]):
+        super().__init__()
+        c, h, w = input_shape
+        fh, fw = ((h - 4) // 2 - 4) // 2, ((w - 4) // 2 - 4) // 2
+        if fh < 1 or fw < 1:
+            raise SmoothcertError(f"lenet needs inputs of at least 16×16 pixels, got {h}×{w}")
+        self.conv1 = nn.Conv2d(c, 20, kernel_size=5)
+        self.conv2 = nn.Conv2d(20, 50, kernel_size=5)
+        self.fc1 = nn.Linear(50 * fh * fw, 500)
+        self.fc2 = nn.Linear(500, num_classes)
+        self.pool, self.relu = nn.MaxPool2d(2), nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(self.relu(self.conv1(x)))
+        x = self.pool(self.relu(self.conv2(x)))
+        x = self.relu(self.fc1(x.flatten(1)))
+        return self.fc2(x)
+
+
+@register_model("lenet")
+def lenet(num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
+    return LeNet(num_classes, input_shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# CIFAR ResNets (He et al. 2016, §4.2), laid out as Cohen et al.'s archs/cifar_resnet.py (from
+# bearpaw/pytorch-classification) so that their released state dicts load: same attribute names,
+# bias-free convolutions, 1×1-conv + BN downsampling, He-normal conv init, BN weight 1 / bias 0.
+
+
+def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, kernel_size=3, stride=stride, padding=1, bias=False)
+
+
+class BasicBlock(nn.Module):
+    """Two 3×3 conv-BN layers and an identity (or 1×1 conv-BN) shortcut."""
+
+    expansion = 1
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample=None):
+        super().__init__()
+        self.conv1 = _conv3x3(inplanes, planes, stride)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = _conv3x3(planes, planes)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + shortcut)
+
+
+class Bottleneck(nn.Module):
+    """1×1 reduce, 3×3, 1×1 expand (×4) conv-BN layers and a shortcut."""
+
+    expansion = 4
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, kernel_size=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = _conv3x3(planes, planes, stride)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, planes * 4, kernel_size=1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * 4)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        return self.relu(self.bn3(self.conv3(out)) + shortcut)
+
+
+# Blocks per stage from the depth: 6n+2 layers with basic blocks, 9n+2 with bottlenecks.
+_BLOCKS = {"basic": (BasicBlock, 6), "bottleneck": (Bottleneck, 9)}
+
+
+class CifarResNet(nn.Module):
+    """ResNet for 3×32×32 inputs: 3×3 stem (16), stages of 16/32/64 planes, 8×8 average pool, fc."""
+
+    def __init__(self, depth: int, num_classes: int, block: str = "basic"):
+        super().__init__()
+        block_cls, layers_per_block = _BLOCKS[block]
+        if (depth - 2) % layers_per_block:
+            raise SmoothcertError(f"a {block}-block CIFAR ResNet needs depth {layers_per_block}n+2")
+        n = (depth - 2) // layers_per_block
+        self.inplanes = 16
+        self.conv1 = _conv3x3(3, 16)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.relu = nn.ReLU(inplace=True)
+        self.layer1 = self._make_stage(block_cls, 16, n, stride=1)  # 32×32
+        self.layer2 = self._make_stage(block_cls, 32, n, stride=2)  # 16×16
+        self.layer3 = self._make_stage(block_cls, 64, n, stride=2)  # 8×8
+        self.avgpool = nn.AvgPool2d(8)
+        self.fc = nn.Linear(64 * block_cls.expansion, num_classes)
+        self._init_weights()
+
+    def _make_stage(self, block_cls, planes: int, blocks: int, stride: int) -> nn.Sequential:
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block_cls.expansion:
+            downsample = nn.Sequential(
+                nn.Conv2d(self.inplanes, planes * block_cls.expansion, 1, stride, bias=False),
+                nn.BatchNorm2d(planes * block_cls.expansion),
+            )
+        stage = [block_cls(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block_cls.expansion
+        stage += [block_cls(self.inplanes, planes) for _ in range(1, blocks)]
+        return nn.Sequential(*stage)
+
+    def _init_weights(self) -> None:
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):  # He et al. 2015: N(0, 2/fan_out), fan_out = k·k·C_out
+                fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
+                nn.init.normal_(m.weight, 0.0, math.sqrt(2.0 / fan_out))
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(self.avgpool(x).flatten(1))
+
+
+def _cifar_resnet(depth: int) -> ModelFactory:
+    """Factory for depth ``depth`` with basic blocks, as Cohen et al. build every depth."""
+
+    def factory(num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
+        arch = f"cifar_resnet{depth}"
+        _require_channels(arch, input_shape, 3)
+        if input_shape[1:] != (32, 32):
+            h, w = input_shape[1:]
+            raise SmoothcertError(f"{arch} takes 32×32 inputs, got {h}×{w}")
+        return CifarResNet(depth, num_classes, block="basic")
+
+    return factory
+
+
+for _depth in (20, 56, 110):  # 0.27M, 0.85M, 1.7M parameters (He et al. 2016, Table 6)
+    register_model(f"cifar_resnet{_depth}")(_cifar_resnet(_depth))

@@ -1,0 +1,219 @@
+"""Checkpoints are data, not code: a dict of plain Python values and tensors.
+
+A smoothcert checkpoint is a ``torch.save`` of::
+
+    {"format": "smoothcert-checkpoint", "format_version": 1,
+     "meta": {...}, "state_dict": {...}, "train_state": {...} | None}
+
+``meta`` says how to rebuild and interpret the model (arch, dataset, num_classes, input_shape,
+mean, std, noise, method, epoch, versions, config); ``train_state`` holds whatever the trainer
+needs to resume (optimizer, scheduler, RNG states). Loading uses ``torch.load(weights_only=True)``,
+so a checkpoint can never run code. Writing is atomic: a crash leaves the old file or the new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import SmoothcertError
+from .archs import build_model
+
+FORMAT = "smoothcert-checkpoint"
+FORMAT_VERSION = 1
+REQUIRED_META = (
+    "arch",
+    "dataset",
+    "num_classes",
+    "input_shape",
+    "mean",
+    "std",
+    "noise",
+    "method",
+    "epoch",
+    "versions",
+    "config",
+)
+# Exact types: subclasses (e.g. torch.__version__, a str subclass) pickle under their own class,
+# which weights-only loading refuses.
+_SCALARS = (str, int, float, bool, type(None))
+_MAPPINGS = (dict, OrderedDict)
+_SEQUENCES = (list, tuple)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    meta: dict
+    state_dict: dict[str, torch.Tensor]
+    train_state: dict | None
+
+
+def versions() -> dict[str, str]:
+    """Versions of smoothcert, torch and Python, for provenance."""
+    from .. import __version__
+
+    python = platform.python_version()
+    return {"smoothcert": str(__version__), "torch": str(torch.__version__), "python": python}
+
+
+def save_checkpoint(
+    path: str | os.PathLike, model: nn.Module, meta: dict, train_state: dict | None = None
+) -> Path:
+    """Write ``model``'s state dict (moved to CPU) with ``meta`` and ``train_state`` to ``path``.
+
+    ``meta`` needs the keys of :data:`REQUIRED_META`; ``meta`` and ``train_state`` may hold only
+    str/int/float/bool/None, tensors, and lists, tuples and str-keyed dicts of those, so that
+    weights-only loading can read them. The file is replaced atomically (temporary file in the
+    same folder, fsync, ``os.replace``). Returns the path written.
+    """
+    missing = [k for k in REQUIRED_META if k not in meta]
+    if missing:
+        raise SmoothcertError(f"checkpoint meta lacks {', '.join(missing)}; add them before saving")
+    _check_plain(meta, "meta")
+    _check_plain(train_state, "train_state")
+    payload = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "meta": meta,
+        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "train_state": train_state,
+    }
+    path = Path(path)
+    _atomic_torch_save(payload, path)
+    return path
+
+
+def _check_plain(obj, where: str) -> None:
+    """Raise if ``obj`` holds anything weights-only loading would refuse (e.g. numpy scalars)."""
+    if type(obj) in _MAPPINGS:
+        for key, value in obj.items():
+            if type(key) not in (str, int):
+                raise SmoothcertError(f"{where} has a key {key!r}; use str keys")
+            _check_plain(value, f"{where}[{key!r}]")
+    elif type(obj) in _SEQUENCES:
+        for i, value in enumerate(obj):
+            _check_plain(value, f"{where}[{i}]")
+    elif type(obj) not in _SCALARS and not isinstance(obj, torch.Tensor):
+        raise SmoothcertError(
+            f"{where} is a {type(obj).__name__}; checkpoints hold only plain Python values and "
+            f"tensors (convert it, e.g. with float() or .tolist())"
+        )
+
+
+def _atomic_torch_save(payload: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename durable; a no-op where directories cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> Checkpoint:
+    """Read a smoothcert checkpoint with weights-only unpickling; tensors go to ``map_location``."""
+    path = Path(path)
+    if not path.is_file():
+        raise SmoothcertError(f"checkpoint {path} does not exist; check the path")
+    try:
+        obj = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:
+        raise SmoothcertError(
+            f"checkpoint {path} cannot be read as a weights-only PyTorch file "
+            f"({type(err).__name__}); it is truncated, corrupt or not a checkpoint, save it again"
+        ) from err
+    _check_format(obj, path)
+    return Checkpoint(obj["meta"], obj["state_dict"], obj.get("train_state"))
+
+
+def _check_format(obj, path: Path) -> None:
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        keys = ", ".join(sorted(map(str, obj))) if isinstance(obj, dict) else type(obj).__name__
+        raise SmoothcertError(
+            f"{path} is not a smoothcert checkpoint (it holds {keys}); reference checkpoints "
+            f"(e.g. Cohen et al.'s .pth.tar) must first be converted with the import command"
+        )
+    if obj.get("format_version") != FORMAT_VERSION:
+        raise SmoothcertError(
+            f"{path} has checkpoint format version {obj.get('format_version')!r}, this smoothcert "
+            f"reads version {FORMAT_VERSION}; use the smoothcert version that wrote it"
+        )
+    if not isinstance(obj.get("meta"), dict) or not isinstance(obj.get("state_dict"), dict):
+        raise SmoothcertError(f"{path} lacks its meta or state_dict; the checkpoint is corrupt")
+
+
+def model_from_checkpoint(path: str | os.PathLike, device="cpu") -> tuple[nn.Sequential, dict]:
+    """The model saved at ``path`` on ``device``, in eval mode, and the checkpoint's meta."""
+    ckpt = load_checkpoint(path, map_location=device)
+    meta = ckpt.meta
+    missing = [k for k in ("arch", "num_classes", "input_shape", "mean", "std") if k not in meta]
+    if missing:
+        raise SmoothcertError(f"checkpoint {path} meta lacks {', '.join(missing)}; it is corrupt")
+    model = build_model(
+        meta["arch"], meta["num_classes"], meta["input_shape"], meta["mean"], meta["std"]
+    )
+    try:
+        model.load_state_dict(ckpt.state_dict, strict=True)
+    except RuntimeError as err:
+        raise SmoothcertError(
+            f"checkpoint {path} weights do not fit a {meta['arch']} model ({err}); "
+            f"the checkpoint is corrupt or its meta is wrong"
+        ) from err
+    return model.to(device).eval(), meta
+
+
+def checkpoint_meta(
+    *,
+    arch: str,
+    dataset: str,
+    num_classes: int,
+    input_shape,
+    mean,
+    std,
+    noise: dict,
+    method: dict,
+    epoch: int,
+    config: dict,
+) -> dict:
+    """A complete ``meta`` dict in plain types, with :func:`versions` filled in."""
+    return {
+        "arch": arch,
+        "dataset": dataset,
+        "num_classes": int(num_classes),
+        "input_shape": [int(s) for s in input_shape],
+        "mean": [float(m) for m in mean],
+        "std": [float(s) for s in std],
+        "noise": dict(noise),
+        "method": dict(method),
+        "epoch": int(epoch),
+        "versions": versions(),
+        "config": dict(config),
+    }

@@ -1,0 +1,145 @@
+"""Model registry: every architecture builds and gives logits; NormalizeLayer; reference layouts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from smoothcert import SmoothcertError
+from smoothcert.models import MODELS, NormalizeLayer, build_model
+
+# The input shape each registered architecture is meant for; a new entry must be added here.
+SHAPES = {
+    "digits_cnn": (1, 8, 8),
+    "lenet": (1, 28, 28),
+    "cifar_resnet20": (3, 32, 32),
+    "cifar_resnet56": (3, 32, 32),
+    "cifar_resnet110": (3, 32, 32),
+}
+
+
+def make(arch: str, num_classes: int = 7):
+    shape = SHAPES[arch]
+    return build_model(arch, num_classes, shape, [0.5] * shape[0], [0.25] * shape[0])
+
+
+def test_every_registered_model_has_a_test_shape():
+    assert set(MODELS) == set(SHAPES)
+
+
+@pytest.mark.parametrize("arch", sorted(MODELS))
+def test_model_gives_logits(arch):
+    torch.manual_seed(0)
+    model = make(arch).eval()
+    x = torch.rand(2, *SHAPES[arch])
+    with torch.no_grad():
+        logits = model(x)
+    assert logits.shape == (2, 7)
+    assert torch.isfinite(logits).all()
+    assert model.input_shape == SHAPES[arch] and model.num_classes == 7
+
+
+@pytest.mark.parametrize("arch", sorted(MODELS))
+def test_state_dict_keys_are_normalize_then_net(arch):
+    keys = list(make(arch).state_dict())
+    assert keys[:2] == ["0.mean", "0.std"]
+    assert all(k.startswith("1.") for k in keys[2:]) and len(keys) > 2
+
+
+@pytest.mark.parametrize("arch", sorted(MODELS))
+def test_model_trains_one_step(arch):
+    torch.manual_seed(0)
+    model = make(arch).train()
+    x, y = torch.rand(2, *SHAPES[arch]), torch.tensor([0, 1])
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def test_normalize_layer_math_and_buffers():
+    layer = NormalizeLayer([0.1, 0.2, 0.3], [0.5, 0.25, 2.0])
+    x = torch.rand(4, 3, 5, 6)
+    expected = torch.stack(
+        [(x[:, 0] - 0.1) / 0.5, (x[:, 1] - 0.2) / 0.25, (x[:, 2] - 0.3) / 2.0], dim=1
+    )
+    torch.testing.assert_close(layer(x), expected)
+    assert layer.mean.shape == (3, 1, 1) and layer.std.shape == (3, 1, 1)
+    assert set(layer.state_dict()) == {"mean", "std"}
+
+
+@pytest.mark.parametrize("mean,std", [([0.1, 0.2], [0.3]), ([0.1], [0.0]), ([0.1], [-1.0])])
+def test_normalize_layer_rejects_bad_statistics(mean, std):
+    with pytest.raises(SmoothcertError):
+        NormalizeLayer(mean, std)
+
+
+@pytest.mark.parametrize("arch", ["cifar_resnet20", "cifar_resnet56", "cifar_resnet110"])
+def test_resnets_reject_wrong_channels_and_size(arch):
+    with pytest.raises(SmoothcertError, match="3-channel"):
+        build_model(arch, 10, (1, 32, 32), [0.5], [0.25])
+    with pytest.raises(SmoothcertError, match="32×32"):
+        build_model(arch, 10, (3, 28, 28), [0.5] * 3, [0.25] * 3)
+
+
+def test_normalization_must_match_channels():
+    with pytest.raises(SmoothcertError, match="channels"):
+        build_model("lenet", 10, (1, 28, 28), [0.5, 0.5, 0.5], [0.25, 0.25, 0.25])
+
+
+def test_unknown_arch_lists_known_ones():
+    with pytest.raises(SmoothcertError, match="cifar_resnet110"):
+        build_model("resnet9000", 10, (3, 32, 32), [0.5] * 3, [0.25] * 3)
+
+
+@pytest.mark.parametrize(
+    "arch,shape", [("lenet", (1, 8, 8)), ("digits_cnn", (1, 1, 8)), ("lenet", (1, 28))]
+)
+def test_too_small_or_malformed_input_shape(arch, shape):
+    with pytest.raises(SmoothcertError):
+        build_model(arch, 10, shape, [0.5], [0.25])
+
+
+def test_small_cnns_accept_other_sizes_and_channels():
+    assert build_model("digits_cnn", 3, (2, 9, 7), [0.5] * 2, [0.2] * 2)(
+        torch.rand(1, 2, 9, 7)
+    ).shape == (1, 3)
+    assert build_model("lenet", 3, (3, 32, 32), [0.5] * 3, [0.2] * 3)(
+        torch.rand(1, 3, 32, 32)
+    ).shape == (1, 3)
+
+
+def test_lenet_matches_jeong_shin_layout():
+    shapes = {k: tuple(v.shape) for k, v in make("lenet", 10).state_dict().items()}
+    assert shapes["1.conv1.weight"] == (20, 1, 5, 5)
+    assert shapes["1.conv2.weight"] == (50, 20, 5, 5)
+    assert shapes["1.fc1.weight"] == (500, 800)
+    assert shapes["1.fc2.weight"] == (10, 500)
+
+
+# Parameter counts of He et al. (2016), Table 6: ResNet-20/56/110 have 0.27M/0.85M/1.7M.
+@pytest.mark.parametrize(
+    "arch,count",
+    [("cifar_resnet20", 272_474), ("cifar_resnet56", 855_770), ("cifar_resnet110", 1_730_714)],
+)
+def test_cifar_resnet_parameter_counts(arch, count):
+    assert sum(p.numel() for p in make(arch, 10).parameters()) == count
+
+
+def test_cifar_resnet110_matches_cohen_layout():
+    """Keys of Cohen et al.'s Sequential(normalize, resnet(depth=110)): 18 basic blocks/stage."""
+    state = make("cifar_resnet110", 10).state_dict()
+    for key in [
+        "1.conv1.weight",
+        "1.bn1.running_mean",
+        "1.layer1.17.conv2.weight",
+        "1.layer2.0.downsample.0.weight",
+        "1.layer2.0.downsample.1.num_batches_tracked",
+        "1.layer3.17.bn2.weight",
+        "1.fc.weight",
+    ]:
+        assert key in state, key
+    assert "1.layer1.18.conv1.weight" not in state
+    assert not any("conv3" in k for k in state)
+    assert "1.layer1.0.downsample.0.weight" not in state  # identity shortcut in stage 1
+    assert tuple(state["1.layer2.0.downsample.0.weight"].shape) == (32, 16, 1, 1)
+    assert tuple(state["1.fc.weight"].shape) == (10, 64)
