@@ -45,7 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a one-line usage error (exit 2)
+        return int(e.code or 0)
     try:
         COMMANDS[args.command][2](args)
     except SmoothcertError as e:

@@ -1,0 +1,248 @@
+"""End-to-end CLI tests on the embedded digits data: train → certify → report, resume, shards,
+and every bad input of the step-1 issue (one line on stderr, exit code 2, no half-written file)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from smoothcert.cli import main
+from smoothcert.models import build_model
+from smoothcert.models.checkpoint import save_checkpoint, versions
+from smoothcert.records import read_records
+
+RUN = ["--n0", "20", "--n", "200", "--batch", "64", "--no-progress", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    out = tmp_path_factory.mktemp("train") / "run"
+    assert main(["train", "--dataset", "digits", "--arch", "digits_cnn", "--method", "gaussian",
+                 "--sigma", "0.25", "--epochs", "2", "--batch", "64", "--lr", "0.05",
+                 "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
+    return out / "checkpoint.pt"
+
+
+def certify(checkpoint, out, *extra):
+    return main(["certify", str(checkpoint), *RUN, "--max", "12", "--out", str(out), *extra])
+
+
+def rows_without_time(path):
+    rec = read_records(path)
+    return [{k: v for k, v in r.items() if k != "time"} for r in rec.rows()]
+
+
+def test_help_lists_the_commands(capsys):
+    assert main(["--help"]) == 0
+    text = capsys.readouterr().out
+    for name in ("train", "certify", "predict", "report", "merge", "demo"):
+        assert name in text
+
+
+def test_train_certify_report_smoke(checkpoint, tmp_path, capsys):
+    out = tmp_path / "c.tsv"
+    assert certify(checkpoint, out, "--sigma", "0.25") == 0
+    rec = read_records(out)
+    assert list(rec["idx"]) == list(range(12))
+    assert rec.columns_order[:6] == ("idx", "label", "predict", "radius", "correct", "time")
+    assert rec.manifest["identity"]["n"] == 200 and rec.manifest["provenance"]["versions"]
+    assert rec["correct"].mean() > 0.5  # a trained digits model, even after 2 epochs
+    capsys.readouterr()
+    assert main(["report", str(out), "--radii", "0:0.5:0.25", "--format", "csv",
+                 "--plot", str(tmp_path / "p.png")]) == 0
+    assert "r=0.25" in capsys.readouterr().out
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_predict_writes_records(checkpoint, tmp_path):
+    out = tmp_path / "p.tsv"
+    assert main(["predict", str(checkpoint), "--n", "100", "--alpha", "0.01", "--batch", "50",
+                 "--max", "5", "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
+    rec = read_records(out)
+    assert len(rec) == 5 and "pvalue" in rec and "radius" not in rec
+
+
+def test_interrupted_then_resumed_equals_uninterrupted(checkpoint, tmp_path, monkeypatch):
+    from smoothcert import records
+
+    full, cut = tmp_path / "full.tsv", tmp_path / "cut.tsv"
+    assert certify(checkpoint, full) == 0
+    original = records.RecordWriter.write
+    calls = {"n": 0}
+
+    def dying_write(self, row):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            self._file.write("5\t3\t3\t0.2")  # a torn line, as if killed mid-write
+            self._file.flush()
+            raise KeyboardInterrupt
+        original(self, row)
+
+    monkeypatch.setattr(records.RecordWriter, "write", dying_write)
+    assert certify(checkpoint, cut) == 130
+    monkeypatch.setattr(records.RecordWriter, "write", original)
+    assert len(read_records(cut)) == 5
+    assert certify(checkpoint, cut) == 0
+    assert rows_without_time(cut) == rows_without_time(full)
+
+
+def test_sigkill_then_rerun_gives_each_index_once(checkpoint, tmp_path):
+    """The issue's acceptance check, with a real process and SIGKILL."""
+    out = tmp_path / "k.tsv"
+    cmd = [sys.executable, "-m", "smoothcert.cli", "certify", str(checkpoint), "--n0", "20",
+           "--n", "3000", "--batch", "500", "--max", "40", "--no-progress", "--device", "cpu",
+           "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if out.exists() and out.read_text().count("\n") >= 4:  # header + 3 rows
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert subprocess.run(cmd, capture_output=True).returncode == 0
+    reference = tmp_path / "ref.tsv"
+    assert subprocess.run(cmd[:-1] + [str(reference)], capture_output=True).returncode == 0
+    assert list(read_records(out)["idx"]) == list(range(40))
+    assert rows_without_time(out) == rows_without_time(reference)
+
+
+def test_shards_then_merge_equal_one_run(checkpoint, tmp_path, monkeypatch):
+    single = tmp_path / "one.tsv"
+    assert certify(checkpoint, single) == 0
+    for k in range(3):
+        assert certify(checkpoint, tmp_path / "s.tsv", "--num-shards", "3", "--shard-index",
+                       str(k)) == 0
+    shards = sorted(tmp_path.glob("s.shard*-of-3.tsv"))
+    assert len(shards) == 3
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "m.tsv")]) == 0
+    assert rows_without_time(tmp_path / "m.tsv") == rows_without_time(single)
+    # torchrun's environment picks the shard when the flags are absent
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert certify(checkpoint, tmp_path / "env.tsv") == 0
+    assert list(read_records(tmp_path / "env.shard1-of-2.tsv")["idx"]) == [1, 3, 5, 7, 9, 11]
+
+
+# --------------------------------------------------------------------------- bad input
+def write_checkpoint(path, arch="digits_cnn", num_classes=10, input_shape=(1, 8, 8)):
+    model = build_model(arch, num_classes, input_shape, [0.5], [0.5])
+    meta = {"arch": arch, "dataset": "digits", "num_classes": num_classes,
+            "input_shape": list(input_shape), "mean": [0.5], "std": [0.5],
+            "noise": {"name": "gaussian", "sigma": 0.25},
+            "method": {"name": "gaussian", "hparams": {}}, "epoch": 0,
+            "versions": versions(), "config": {}}
+    save_checkpoint(path, model, meta)
+    return path
+
+
+def certify_bad(checkpoint, out, *extra):
+    return main(["certify", str(checkpoint), *RUN, "--max", "3", "--out", str(out), *extra])
+
+
+BAD_CERTIFY = {
+    "sigma zero": (["--sigma", "0"], "sigma"),
+    "sigma negative": (["--sigma", "-0.5"], "sigma"),
+    "sigma nan": (["--sigma", "nan"], "sigma"),
+    "sigma inf": (["--sigma", "inf"], "sigma"),
+    "alpha zero": (["--alpha", "0"], "alpha"),
+    "alpha one": (["--alpha", "1.5"], "alpha"),
+    "n0 zero": (["--n0", "0"], "n0"),
+    "n zero": (["--n", "0"], "n must"),
+    "batch zero": (["--batch", "0"], "batch"),
+    "unknown dataset": (["--dataset", "imagenet21k"], "unknown dataset 'imagenet21k'; known:"),
+    "bad shard": (["--num-shards", "2", "--shard-index", "2"], "shard-index"),
+    "not a number": (["--n", "many"], "invalid int value"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CERTIFY))
+def test_bad_certify_input_one_line_exit_2(case, checkpoint, tmp_path, capsys):
+    extra, match = BAD_CERTIFY[case]
+    out = tmp_path / "bad.tsv"
+    assert certify_bad(checkpoint, out, *extra) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and match in err, err
+    assert not out.exists()
+
+
+def test_bad_checkpoints(tmp_path, capsys):
+    out = tmp_path / "bad.tsv"
+    good = write_checkpoint(tmp_path / "good.pt")
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    foreign = tmp_path / "foreign.pth.tar"
+    torch.save({"arch": "cifar_resnet110", "state_dict": {"1.fc.weight": torch.zeros(2)}},
+               foreign)
+    for path, match in [(tmp_path / "missing.pt", "missing.pt"), (truncated, "truncated"),
+                        (foreign, "checkpoint")]:
+        assert certify_bad(path, out) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and match in err, err
+    assert not out.exists()
+
+
+def test_num_classes_and_input_shape_mismatch(tmp_path, capsys):
+    out = tmp_path / "bad.tsv"
+    five = write_checkpoint(tmp_path / "five.pt", num_classes=5)
+    assert certify_bad(five, out) == 2
+    assert "num_classes mismatch" in capsys.readouterr().err
+    lenet = write_checkpoint(tmp_path / "lenet.pt", arch="lenet", input_shape=(1, 28, 28))
+    assert certify_bad(lenet, out) == 2
+    assert "shape" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_resume_with_other_configuration_and_unwritable_output(checkpoint, tmp_path, capsys):
+    out = tmp_path / "r.tsv"
+    assert certify_bad(checkpoint, out) == 0
+    before = out.read_bytes()
+    assert certify_bad(checkpoint, out, "--alpha", "0.01") == 2
+    assert "different configuration" in capsys.readouterr().err
+    assert out.read_bytes() == before
+    assert certify_bad(checkpoint, tmp_path / "no" / "dir" / "r.tsv") == 2
+    assert "does not exist" in capsys.readouterr().err
+    if os.geteuid() != 0:  # root can write anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        assert certify_bad(checkpoint, locked / "r.tsv") == 2
+
+
+@pytest.mark.parametrize(
+    "extra,match",
+    [
+        (["--dataset", "nope"], "unknown dataset 'nope'; known:"),
+        (["--arch", "nope"], "unknown arch"),
+        (["--method", "nope"], "unknown method 'nope'; known:"),
+        (["--sigma", "-1"], "sigma"),
+        (["--epochs", "0"], "epochs"),
+    ],
+)
+def test_bad_train_input(extra, match, tmp_path, capsys):
+    args = ["train", "--dataset", "digits", "--arch", "digits_cnn", "--method", "gaussian",
+            "--sigma", "0.25", "--epochs", "1", "--out", str(tmp_path / "run"), "--no-progress"]
+    assert main(args + extra) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and match in err, err
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_report_and_merge_bad_input(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "none.tsv")]) == 2
+    assert main(["report", str(tmp_path / "none.tsv"), "--radii", "1:0:0.1"]) == 2
+    assert main(["merge", str(tmp_path / "none.tsv"), "--out", str(tmp_path / "m.tsv")]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3 and all(line.startswith("smoothcert ") for line in lines)
+
+
+def test_console_script_exit_code(tmp_path):
+    script = Path(sys.executable).parent / "smoothcert"
+    exe = [str(script)] if script.exists() else [sys.executable, "-m", "smoothcert.cli"]
+    done = subprocess.run(exe + ["certify", str(tmp_path / "x.pt"), "--out", "o.tsv"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
