@@ -23,7 +23,7 @@ RUN = ["--n0", "20", "--n", "200", "--batch", "64", "--no-progress", "--device",
 def checkpoint(tmp_path_factory):
     out = tmp_path_factory.mktemp("train") / "run"
     assert main(["train", "--dataset", "digits", "--arch", "digits_cnn", "--method", "gaussian",
-                 "--sigma", "0.25", "--epochs", "2", "--batch", "64", "--lr", "0.05",
+                 "--sigma", "0.25", "--epochs", "6", "--batch", "64", "--lr", "0.05",
                  "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
     return out / "checkpoint.pt"
 
