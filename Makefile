@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(BIN)/smoothcert demo --out runs/demo
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 clean:
