@@ -34,9 +34,13 @@ from torch.optim import SGD
 from torch.optim.lr_scheduler import LRScheduler, MultiStepLR, StepLR
 from tqdm import tqdm
 
+from .data import DATASETS, augment, load_dataset
 from .errors import SmoothcertError, check_count, check_positive_finite, unknown_name
 from .methods import EpochContext, build_method
+from .models import MODELS, build_model
+from .models.checkpoint import checkpoint_meta, load_checkpoint, save_checkpoint
 from .noise import Gaussian
+from .records import write_text_atomic
 from .rng import derived_seed
 from .sampling import eval_mode
 
@@ -177,14 +181,10 @@ def _check_milestones(milestones) -> tuple:
 
 
 def _known_datasets():
-    from .data import DATASETS
-
     return DATASETS
 
 
 def _known_archs():
-    from .models import MODELS
-
     return MODELS
 
 
@@ -218,8 +218,6 @@ class Trainer:
     """
 
     def __init__(self, config: TrainConfig, device="cpu"):
-        from .data import load_dataset
-
         self.config, self.device = config, torch.device(device)
         self.train_data = load_dataset(config.dataset, "train", config.data_root).to(self.device)
         self.test_data = load_dataset(config.dataset, "test", config.data_root).to(self.device)
@@ -258,7 +256,7 @@ class Trainer:
 
     def _step(self, idx: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         x, y = self.train_data.batch(idx)
-        x = _augment(self.train_data.spec.augmentation, x, self.noise_gen)
+        x = augment(self.train_data.spec.augmentation, x, self.noise_gen)
         self.model.train()
         out = self.method.loss(self.model, x, y, self.noise, self.noise_gen)
         self.optimizer.zero_grad(set_to_none=True)
@@ -305,10 +303,8 @@ class Trainer:
 
     def meta(self) -> dict[str, Any]:
         """The checkpoint's self-description (plain Python values only)."""
-        from .models.checkpoint import checkpoint_meta
-
         spec, c = self.train_data.spec, self.config
-        meta = checkpoint_meta(
+        return checkpoint_meta(
             arch=c.arch,
             dataset=c.dataset,
             num_classes=spec.num_classes,
@@ -320,9 +316,6 @@ class Trainer:
             epoch=self.epoch,
             config=c.to_dict(),
         )
-        # torch.__version__ is a str subclass that weights-only loading refuses: store plain str.
-        meta["versions"] = {k: str(v) for k, v in meta["versions"].items()}
-        return meta
 
     def train_state(self) -> dict[str, Any]:
         """Everything besides the weights that an exact resume needs."""
@@ -351,17 +344,9 @@ class Trainer:
 
 def _initial_model(config: TrainConfig, spec) -> torch.nn.Module:
     """The architecture initialised from the run seed, without touching the global RNG state."""
-    from .models import build_model
-
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(derived_seed(config.seed, _INIT))
         return build_model(config.arch, spec.num_classes, spec.input_shape, spec.mean, spec.std)
-
-
-def _augment(kind, x, generator):
-    from .data import augment
-
-    return augment(kind, x, generator)
 
 
 def _generator(device: torch.device, seed: int) -> torch.Generator:
@@ -449,8 +434,6 @@ def _checkpoint_to_resume(config: TrainConfig, path: Path, resume: bool):
             f"{path} already exists; pass --resume (resume=True) to continue that run, "
             "or choose another --out"
         )
-    from .models.checkpoint import load_checkpoint
-
     checkpoint = load_checkpoint(path)
     _check_same_config(config, checkpoint.meta, path)
     return checkpoint
@@ -471,16 +454,12 @@ def _check_same_config(config: TrainConfig, meta: dict, path: Path) -> None:
 
 
 def _save(path: Path, trainer: Trainer) -> None:
-    from .models.checkpoint import save_checkpoint
-
     save_checkpoint(path, trainer.model, trainer.meta(), trainer.train_state())
 
 
 def _write_config(out: Path, config: TrainConfig) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / (CONFIG + ".tmp")
-    tmp.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    os.replace(tmp, out / CONFIG)
+    write_text_atomic(out / CONFIG, yaml.safe_dump(config.to_dict(), sort_keys=False))
 
 
 def _report(row: dict[str, float], progress: bool) -> None:
@@ -525,6 +504,4 @@ def _trim_log(path: Path, epoch: int) -> None:
     header, rows = lines[0], lines[1:-1]  # lines[-1]: "" or a torn line
     width = len(header.split("\t"))
     kept = [r for r in rows if len(r.split("\t")) == width and int(r.split("\t")[0]) <= epoch]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join([header, *kept]) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, "\n".join([header, *kept]) + "\n")
