@@ -144,3 +144,12 @@ def test_malformed_record_files(tmp_path):
         read_records(bad)
     with pytest.raises(SmoothcertError, match="cannot read"):
         read_records(tmp_path / "missing.tsv")
+
+
+def test_distinct_labels():
+    from smoothcert.records import distinct_labels
+
+    assert distinct_labels(["runs/a/certify.tsv", "runs/b/certify.tsv"]) == ["a/certify",
+                                                                             "b/certify"]
+    assert distinct_labels(["x.tsv", "y.tsv"]) == ["x", "y"]
+    assert distinct_labels(["d/x.tsv", "d/x.tsv"]) == ["d/x.tsv", "d/x.tsv"]

@@ -269,9 +269,11 @@ def cmd_predict(args):
 
 # --------------------------------------------------------------------------- report / merge
 def _report_args(p):
+    from .report import FORMATS
+
     p.add_argument("files", nargs="+", help="record files (smoothcert's or Cohen et al.'s)")
     p.add_argument("--radii", default="0:1:0.25", help="start:stop:step or a comma list")
-    p.add_argument("--format", default="md", choices=("md", "latex", "csv", "json"))
+    p.add_argument("--format", default="md", choices=sorted(FORMATS), help="table format")
     p.add_argument("--plot", help="write certified accuracy vs radius to this image file")
 
 

@@ -196,6 +196,7 @@ class Records:
     columns_order: tuple
     data: dict = field(repr=False)
     manifest: dict | None = field(default=None, repr=False)
+    label: str | None = None  # a display name; defaults to the file's stem
 
     def __len__(self) -> int:
         return len(self.data["idx"]) if "idx" in self.data else 0
@@ -210,7 +211,7 @@ class Records:
 
     @property
     def name(self) -> str:
-        return Path(self.path).stem
+        return self.label if self.label is not None else Path(self.path).stem
 
     def rows(self) -> list[dict]:
         return [{c: self.data[c][i] for c in self.columns_order} for i in range(len(self))]
@@ -265,6 +266,17 @@ def parse_duration(text: str) -> float:
         ).total_seconds()
     except ValueError as e:
         raise SmoothcertError(f"cannot read duration {text!r}") from e
+
+
+def distinct_labels(paths: Sequence) -> list[str]:
+    """Short display names: each file's stem, with as many parent folders as needed to tell
+    files apart (``a/certify.tsv``, ``b/certify.tsv`` → ``a/certify``, ``b/certify``)."""
+    parts = [Path(p).with_suffix("").parts for p in paths]
+    for depth in range(1, max(len(p) for p in parts) + 1):
+        labels = ["/".join(p[-depth:]) for p in parts]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [str(p) for p in paths]
 
 
 # --------------------------------------------------------------------------- merging shards

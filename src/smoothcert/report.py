@@ -10,6 +10,7 @@ radius column) show their accuracy and abstention rate and leave the radius colu
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -19,7 +20,7 @@ import numpy as np
 
 from .errors import SmoothcertError, unknown_name
 from .metrics import Summary, parse_radii, summarize
-from .records import read_records
+from .records import distinct_labels, read_records
 
 Formatter = Callable[[Sequence[Summary], Sequence[float]], str]
 FORMATS: dict[str, Formatter] = {}
@@ -52,9 +53,11 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None) -> str:
     radii = parse_radii(radii) if isinstance(radii, str) else tuple(float(r) for r in radii)
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    records = [read_records(p) for p in paths]
-    if not records:
+    paths = list(paths)
+    if not paths:
         raise SmoothcertError("report needs at least one record file")
+    records = [dataclasses.replace(read_records(p), label=label)
+               for p, label in zip(paths, distinct_labels(paths))]
     summaries = [summarize(r, radii) for r in records]
     if plot is not None:
         from .plots import plot_certified_accuracy
