@@ -19,3 +19,25 @@ class Halfspace(nn.Module):
     def forward(self, x):
         z = x.flatten(1) @ self.w - self.b
         return torch.stack([-z, z], dim=1)
+
+
+# Cohen et al.'s certify.py format: time as str(datetime.timedelta).
+#   idx 0: correct, radius 0.25  (exactly on the grid: counts at r=0.25, inclusive)
+#   idx 1: correct, radius 0.5   (exactly on the grid)
+#   idx 2: abstain (-1), radius 0
+#   idx 3: WRONG (predict 5, label 4) with radius 0.8: counts nowhere
+#   idx 4: correct, radius 1.2
+#   idx 5: correct, radius 0.1
+#   idx 6: abstain
+#   idx 7: correct, radius 0.75  (exactly on the grid)
+COHEN_ROWS = [
+    (0, 1, 1, 0.25, 1, "0:00:01.500000"),
+    (1, 2, 2, 0.5, 1, "0:00:02.500000"),
+    (2, 3, -1, 0.0, 0, "0:00:01.000000"),
+    (3, 4, 5, 0.8, 0, "0:00:03.000000"),
+    (4, 0, 0, 1.2, 1, "0:00:02.000000"),
+    (5, 6, 6, 0.1, 1, "0:00:01.000000"),
+    (6, 7, -1, 0.0, 0, "0:00:00.500000"),
+    (7, 8, 8, 0.75, 1, "0:01:00.500000"),
+]
+GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25)

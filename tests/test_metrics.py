@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import COHEN_ROWS, GRID
 from smoothcert.errors import SmoothcertError
 from smoothcert.metrics import (
     abstention_rate,
@@ -17,26 +18,6 @@ from smoothcert.metrics import (
 )
 from smoothcert.records import read_records
 
-# Cohen et al.'s certify.py format: time as str(datetime.timedelta).
-#   idx 0: correct, radius 0.25  (exactly on the grid: counts at r=0.25, inclusive)
-#   idx 1: correct, radius 0.5   (exactly on the grid)
-#   idx 2: abstain (-1), radius 0
-#   idx 3: WRONG (predict 5, label 4) with radius 0.8: counts nowhere
-#   idx 4: correct, radius 1.2
-#   idx 5: correct, radius 0.1
-#   idx 6: abstain
-#   idx 7: correct, radius 0.75  (exactly on the grid)
-COHEN_ROWS = [
-    (0, 1, 1, 0.25, 1, "0:00:01.500000"),
-    (1, 2, 2, 0.5, 1, "0:00:02.500000"),
-    (2, 3, -1, 0.0, 0, "0:00:01.000000"),
-    (3, 4, 5, 0.8, 0, "0:00:03.000000"),
-    (4, 0, 0, 1.2, 1, "0:00:02.000000"),
-    (5, 6, 6, 0.1, 1, "0:00:01.000000"),
-    (6, 7, -1, 0.0, 0, "0:00:00.500000"),
-    (7, 8, 8, 0.75, 1, "0:01:00.500000"),
-]
-GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25)
 # Correct examples' radii: 0.25, 0.5, 1.2, 0.1, 0.75 (5 of 8). Certified at r = #{radius >= r}/8:
 #   r=0: 5/8 = 0.625;  r=0.25: {0.25, 0.5, 1.2, 0.75} 4/8 = 0.5;
 #   r=0.5: {0.5, 1.2, 0.75} 3/8 = 0.375;  r=0.75: {1.2, 0.75} 2/8 = 0.25;

@@ -10,25 +10,15 @@ import sys
 
 import pytest
 
+from conftest import COHEN_ROWS, GRID
 from smoothcert.errors import SmoothcertError
 from smoothcert.plots import plot_certified_accuracy
 from smoothcert.records import read_records
 from smoothcert.report import FORMATS, get_format, radius_label, report
 
 COHEN_HEADER = ("idx", "label", "predict", "radius", "correct", "time")
-# The same 8 rows as tests/test_metrics.py: CA at GRID = 5/8, 4/8, 3/8, 2/8, 1/8, 0 (see there),
+# The 8 rows of conftest.COHEN_ROWS: CA at GRID = 5/8, 4/8, 3/8, 2/8, 1/8, 0 (see there),
 # ACR = 2.8/8 = 0.35, clean 5/8, abstain 2/8.
-COHEN_ROWS = [
-    (0, 1, 1, 0.25, 1, "0:00:01.500000"),
-    (1, 2, 2, 0.5, 1, "0:00:02.500000"),
-    (2, 3, -1, 0.0, 0, "0:00:01.000000"),
-    (3, 4, 5, 0.8, 0, "0:00:03.000000"),
-    (4, 0, 0, 1.2, 1, "0:00:02.000000"),
-    (5, 6, 6, 0.1, 1, "0:00:01.000000"),
-    (6, 7, -1, 0.0, 0, "0:00:00.500000"),
-    (7, 8, 8, 0.75, 1, "0:01:00.500000"),
-]
-GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25)
 LABELS = ["r=0", "r=0.25", "r=0.5", "r=0.75", "r=1", "r=1.25"]
 CA = [0.625, 0.5, 0.375, 0.25, 0.125, 0.0]
 ACR, CLEAN, ABSTAIN = 0.35, 0.625, 0.25

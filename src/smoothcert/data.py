@@ -30,7 +30,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .errors import SmoothcertError, unknown_name
+from .errors import SmoothcertError
+from .registry import Registry
 
 SPLITS = ("train", "test")
 
@@ -60,7 +61,7 @@ class DatasetSpec:
     loader: Loader
 
 
-DATASETS: dict[str, DatasetSpec] = {}
+DATASETS: Registry = Registry("dataset")
 
 
 def register_dataset(
@@ -75,17 +76,14 @@ def register_dataset(
     """Decorator: register ``loader`` under ``name`` with the dataset's fixed properties."""
 
     def wrap(loader: Loader) -> Loader:
-        DATASETS[name] = DatasetSpec(
-            name, num_classes, tuple(input_shape), tuple(mean), tuple(std), augmentation, loader
-        )
+        spec = (name, num_classes, tuple(input_shape), tuple(mean), tuple(std), augmentation)
+        DATASETS.register(name)(DatasetSpec(*spec, loader))
         return loader
 
     return wrap
 
 
 def dataset_spec(name: str) -> DatasetSpec:
-    if name not in DATASETS:
-        raise unknown_name("dataset", name, DATASETS)
     return DATASETS[name]
 
 
@@ -471,21 +469,12 @@ def _load_cifar10(split: str, data_root: Path | None, download: bool):
 # Training augmentations: batched, on x's device, randomness from an explicit generator.
 
 Augmentation = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
-AUGMENTATIONS: dict[str, Augmentation] = {}
-
-
-def register_augmentation(name: str) -> Callable[[Augmentation], Augmentation]:
-    def wrap(fn: Augmentation) -> Augmentation:
-        AUGMENTATIONS[name] = fn
-        return fn
-
-    return wrap
+AUGMENTATIONS: Registry = Registry("augmentation")
+register_augmentation = AUGMENTATIONS.register
 
 
 def augment(kind: str, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """Apply augmentation ``kind`` to a batch x (B, C, H, W); ``generator`` lives on x's device."""
-    if kind not in AUGMENTATIONS:
-        raise unknown_name("augmentation", kind, AUGMENTATIONS)
     return AUGMENTATIONS[kind](x, generator)
 
 

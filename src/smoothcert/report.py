@@ -18,27 +18,17 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .errors import SmoothcertError, unknown_name
+from .errors import SmoothcertError
 from .metrics import Summary, parse_radii, summarize
 from .records import distinct_labels, read_records
+from .registry import Registry
 
 Formatter = Callable[[Sequence[Summary], Sequence[float]], str]
-FORMATS: dict[str, Formatter] = {}
-
-
-def register_format(name: str) -> Callable[[Formatter], Formatter]:
-    """Add a table formatter ``(summaries, radii) -> text`` under ``name``."""
-
-    def add(fn: Formatter) -> Formatter:
-        FORMATS[name] = fn
-        return fn
-
-    return add
+FORMATS: Registry = Registry("report format")  # (summaries, radii) -> text
+register_format = FORMATS.register
 
 
 def get_format(name: str) -> Formatter:
-    if name not in FORMATS:
-        raise unknown_name("report format", name, FORMATS)
     return FORMATS[name]
 
 

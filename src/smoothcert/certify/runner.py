@@ -26,11 +26,11 @@ from ..errors import (
     check_count,
     check_positive_finite,
     check_probability,
-    unknown_name,
 )
 from ..models.checkpoint import model_from_checkpoint, versions
 from ..noise import Gaussian
 from ..records import global_indices, open_records, shard_indices, shard_path
+from ..registry import Registry
 from ..rng import example_generator
 from ..smoothing import Smoothed
 
@@ -54,14 +54,13 @@ class RunConfig:
     device_type: str = "cpu"  # noise streams differ between CPU and CUDA generators
 
     def __post_init__(self):
-        if self.task not in TASKS:
-            raise unknown_name("task", self.task, TASKS)
+        task = TASKS[self.task]
         check_positive_finite("sigma", self.sigma), check_count("n", self.n)
         check_probability("alpha", self.alpha), check_count("batch", self.batch)
         check_count("skip", self.skip), check_count("seed", self.seed, minimum=0)
         if self.max_count is not None:
             check_count("max", self.max_count)
-        if TASKS[self.task].needs_n0:
+        if task.needs_n0:
             check_count("n0", self.n0 if self.n0 is not None else 0)
         if self.split not in ("train", "test"):
             raise SmoothcertError(f"split must be 'train' or 'test', got {self.split!r}")
@@ -79,12 +78,11 @@ class Task:
     needs_n0: bool = False
 
 
-TASKS: dict[str, Task] = {}
+TASKS: Registry = Registry("task")
 
 
 def register_task(name: str, task: Task) -> Task:
-    TASKS[name] = task
-    return task
+    return TASKS.register(name)(task)
 
 
 def _certify_row(smoothed: Smoothed, x, label: int, cfg: RunConfig, gen) -> dict:

@@ -17,20 +17,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import SmoothcertError, unknown_name
+from ..errors import SmoothcertError
+from ..registry import Registry
 
-METHODS: dict[str, type[TrainingMethod]] = {}
+METHODS: Registry = Registry("method")
 
 
 def register_method(name: str) -> Callable[[type[TrainingMethod]], type[TrainingMethod]]:
     """Class decorator: make a :class:`TrainingMethod` buildable as ``build_method(name)``."""
 
     def register(cls: type[TrainingMethod]) -> type[TrainingMethod]:
-        if name in METHODS:
-            raise ValueError(f"method {name!r} is already registered by {METHODS[name].__name__}")
         cls.name = name
-        METHODS[name] = cls
-        return cls
+        return METHODS.register(name)(cls)
 
     return register
 
@@ -41,8 +39,6 @@ def build_method(name: str, **hparams: Any) -> TrainingMethod:
     Raises :class:`SmoothcertError` for an unknown name, an unknown hyperparameter or an invalid
     value, naming the valid choices.
     """
-    if name not in METHODS:
-        raise unknown_name("method", name, METHODS)
     cls = METHODS[name]
     valid = cls.hparam_names()
     unknown = sorted(set(hparams) - set(valid))

@@ -15,20 +15,14 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from ..errors import SmoothcertError, unknown_name
+from ..errors import SmoothcertError
+from ..registry import Registry
 
 # A factory builds the bare network for (num_classes, input_shape=(C, H, W)); it raises
 # SmoothcertError for input shapes the architecture cannot take.
 ModelFactory = Callable[[int, "tuple[int, int, int]"], nn.Module]
-MODELS: dict[str, ModelFactory] = {}
-
-
-def register_model(name: str) -> Callable[[ModelFactory], ModelFactory]:
-    def wrap(factory: ModelFactory) -> ModelFactory:
-        MODELS[name] = factory
-        return factory
-
-    return wrap
+MODELS: Registry = Registry("arch")
+register_model = MODELS.register
 
 
 class NormalizeLayer(nn.Module):
@@ -64,15 +58,14 @@ def build_model(
     The result carries ``input_shape`` (C, H, W) and ``num_classes`` as attributes (the smoothed
     classifier validates inputs against them).
     """
-    if arch not in MODELS:
-        raise unknown_name("architecture", arch, MODELS)
+    factory = MODELS[arch]
     shape = _check_shape(input_shape)
     if len(mean) != shape[0] or len(std) != shape[0]:
         raise SmoothcertError(
             f"input has {shape[0]} channels but normalization has {len(mean)} means and "
             f"{len(std)} stds; give one per channel"
         )
-    model = nn.Sequential(NormalizeLayer(mean, std), MODELS[arch](int(num_classes), shape))
+    model = nn.Sequential(NormalizeLayer(mean, std), factory(int(num_classes), shape))
     model.input_shape = shape
     model.num_classes = int(num_classes)
     return model

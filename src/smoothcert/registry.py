@@ -1,0 +1,28 @@
+"""Registries: the named entries (datasets, architectures, methods, formats, ...) behind the
+Python API, the CLI choices and the parametrized tests."""
+
+from __future__ import annotations
+
+from .errors import unknown_name
+
+
+class Registry(dict):
+    """A dict from name to entry whose misses raise one SmoothcertError listing the known names."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+
+    def __missing__(self, name):
+        raise unknown_name(self.kind, name, self)
+
+    def register(self, name: str):
+        """Decorator: add the decorated object under ``name`` (a name is registered once)."""
+
+        def add(entry):
+            if name in self:
+                raise ValueError(f"{self.kind} {name!r} is already registered")
+            self[name] = entry
+            return entry
+
+        return add
