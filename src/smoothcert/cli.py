@@ -271,10 +271,13 @@ def cmd_predict(args):
 def _report_args(p):
     from .report import FORMATS
 
-    p.add_argument("files", nargs="+", help="record files (smoothcert's or Cohen et al.'s)")
+    p.add_argument("files", nargs="+",
+                   help="record files (smoothcert's or Cohen et al.'s); run folders with --train")
     p.add_argument("--radii", default="0:1:0.25", help="start:stop:step or a comma list")
     p.add_argument("--format", default="md", choices=sorted(FORMATS), help="table format")
     p.add_argument("--plot", help="write certified accuracy vs radius to this image file")
+    p.add_argument("--train", action="store_true",
+                   help="compare training runs: method, #HP, s/epoch, peak memory, ACR")
 
 
 @command(
@@ -282,8 +285,11 @@ def _report_args(p):
 )
 def cmd_report(args):
     from .metrics import parse_radii
-    from .report import report
+    from .report import report, train_report
 
+    if args.train:
+        print(train_report(args.files, fmt=args.format), end="")
+        return
     print(report(args.files, parse_radii(args.radii), fmt=args.format, plot=args.plot), end="")
 
 

@@ -268,10 +268,10 @@ def parse_duration(text: str) -> float:
         raise SmoothcertError(f"cannot read duration {text!r}") from e
 
 
-def distinct_labels(paths: Sequence) -> list[str]:
+def distinct_labels(paths: Sequence, strip_suffix: bool = True) -> list[str]:
     """Short display names: each file's stem, with as many parent folders as needed to tell
     files apart (``a/certify.tsv``, ``b/certify.tsv`` → ``a/certify``, ``b/certify``)."""
-    parts = [Path(p).with_suffix("").parts for p in paths]
+    parts = [(Path(p).with_suffix("") if strip_suffix else Path(p)).parts for p in paths]
     for depth in range(1, max(len(p) for p in parts) + 1):
         labels = ["/".join(p[-depth:]) for p in parts]
         if len(set(labels)) == len(labels):

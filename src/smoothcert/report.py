@@ -1,4 +1,4 @@
-"""Tables of record files: one row per file, generated from the records, never edited by hand.
+"""Tables of record files (and of training runs), generated from files, never edited by hand.
 
 Columns: name, n, clean accuracy, abstention rate, ACR, then certified accuracy at each radius
 (``r=0.25``, ...). ``md`` and ``latex`` show accuracies in percent with one decimal and ACR with
@@ -15,16 +15,30 @@ import io
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from .errors import SmoothcertError
-from .metrics import Summary, parse_radii, summarize
-from .records import distinct_labels, read_records
+from .metrics import Summary, average_certified_radius, parse_radii, summarize
+from .records import distinct_labels, read_manifest, read_records
 from .registry import Registry
 
-Formatter = Callable[[Sequence[Summary], Sequence[float]], str]
-FORMATS: Registry = Registry("report format")  # (summaries, radii) -> text
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """A report table: raw values per row, and per column a key (csv/json), a header (md/latex)
+    and a style saying how md/latex show the value (``text``, ``int``, ``percent``, ``float3``,
+    ``float2``). Missing values are None."""
+
+    keys: tuple
+    headers: tuple
+    styles: tuple
+    rows: tuple
+
+
+Formatter = Callable[[Table], str]
+FORMATS: Registry = Registry("report format")  # Table -> text
 register_format = FORMATS.register
 
 
@@ -41,19 +55,37 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None) -> str:
     """
     formatter = get_format(fmt)  # fail on a bad name before reading anything
     radii = parse_radii(radii) if isinstance(radii, str) else tuple(float(r) for r in radii)
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    paths = list(paths)
-    if not paths:
-        raise SmoothcertError("report needs at least one record file")
     records = [dataclasses.replace(read_records(p), label=label)
-               for p, label in zip(paths, distinct_labels(paths))]
+               for p, label in zip(*_paths_and_labels(paths))]
     summaries = [summarize(r, radii) for r in records]
     if plot is not None:
         from .plots import plot_certified_accuracy
 
         plot_certified_accuracy(records, plot)
-    return formatter(summaries, radii)
+    return formatter(certification_table(summaries, radii))
+
+
+def _paths_and_labels(paths, folders: bool = False) -> tuple[list, list[str]]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = list(paths)
+    if not paths:
+        raise SmoothcertError("report needs at least one file")
+    return paths, distinct_labels(paths, strip_suffix=not folders)
+
+
+def certification_table(summaries: Sequence[Summary], radii: Sequence[float]) -> Table:
+    """One row per record file: name, n, clean acc, abstain, ACR, certified accuracy at radii.
+
+    PREDICT files (no radius column) leave ACR and the radius columns empty.
+    """
+    labels = [radius_label(r) for r in radii]
+    return Table(
+        keys=("name", "n", "clean_accuracy", "abstention_rate", "acr", *labels),
+        headers=("name", "n", "clean acc", "abstain", "ACR", *labels),
+        styles=("text", "int", "percent", "percent", "float3", *["percent"] * len(radii)),
+        rows=tuple((s.name, s.count, *_values(s)) for s in summaries),
+    )
 
 
 # --------------------------------------------------------------------------- cell values
@@ -68,40 +100,39 @@ def _values(s: Summary) -> list:
     return [s.clean_accuracy, s.abstention_rate, s.acr, *cert]
 
 
-def _percent(x: float | None, missing: str, percent_sign: str) -> str:
-    return missing if x is None else f"{100 * x:.1f}{percent_sign}"
+_STYLES = {
+    "text": str,
+    "int": lambda v: str(int(v)),
+    "percent": lambda v: f"{100 * v:.1f}%",
+    "float3": lambda v: f"{v:.3f}",
+    "float2": lambda v: f"{v:.2f}",
+}
 
 
-def _display_row(s: Summary, missing: str, percent_sign: str) -> list[str]:
-    clean, abstain, acr, *cert = _values(s)
-    return [
-        str(s.count),
-        _percent(clean, missing, percent_sign),
-        _percent(abstain, missing, percent_sign),
-        missing if acr is None else f"{acr:.3f}",
-        *(_percent(c, missing, percent_sign) for c in cert),
-    ]
+def _display(table: Table, missing: str) -> list[list[str]]:
+    """Cells as md/latex show them (the percent sign is added back by LaTeX's escaping)."""
+    return [[missing if v is None else _STYLES[style](v) for v, style in zip(row, table.styles)]
+            for row in table.rows]
 
 
 # --------------------------------------------------------------------------- formats
 @register_format("md")
-def format_markdown(summaries: Sequence[Summary], radii: Sequence[float]) -> str:
+def format_markdown(table: Table) -> str:
     """A GitHub markdown table; accuracies in percent."""
-    header = ["name", "n", "clean acc", "abstain", "ACR", *map(radius_label, radii)]
-    rows = [[_md_escape(s.name), *_display_row(s, "–", "%")] for s in summaries]
-    align = ["---", *["---:"] * (len(header) - 1)]
-    lines = ["| " + " | ".join(cells) + " |" for cells in [header, align, *rows]]
+    rows = [[_md_escape(row[0]), *row[1:]] for row in _display(table, "–")]
+    align = ["---" if style == "text" else "---:" for style in table.styles]
+    lines = ["| " + " | ".join(cells) + " |" for cells in [list(table.headers), align, *rows]]
     return "\n".join(lines) + "\n"
 
 
 @register_format("latex")
-def format_latex(summaries: Sequence[Summary], radii: Sequence[float]) -> str:
+def format_latex(table: Table) -> str:
     """A ``tabular`` with booktabs rules (``\\usepackage{booktabs}``); accuracies in percent."""
-    header = ["name", "$n$", "clean acc", "abstain", "ACR"]
-    header += [f"${radius_label(r)}$" for r in radii]
-    rows = [[_latex_escape(s.name), *_display_row(s, "--", r"\%")] for s in summaries]
+    header = [_latex_header(h) for h in table.headers]
+    rows = [[_latex_escape(cell) if cell != "--" else cell for cell in row]
+            for row in _display(table, "--")]
     lines = [
-        r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}",
+        r"\begin{tabular}{" + "".join("l" if s == "text" else "r" for s in table.styles) + "}",
         r"\toprule",
         " & ".join(header) + r" \\",
         r"\midrule",
@@ -112,22 +143,20 @@ def format_latex(summaries: Sequence[Summary], radii: Sequence[float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-MACHINE_KEYS = ("name", "n", "clean_accuracy", "abstention_rate", "acr")
-
-
-def _machine_row(s: Summary) -> dict:
-    keys = [*MACHINE_KEYS, *map(radius_label, s.radii)]
-    return dict(zip(keys, [s.name, s.count, *_values(s)]))
+def _latex_header(header: str) -> str:
+    if header.startswith("r=") or header == "n":
+        return f"${header}$"
+    return _latex_escape(header)
 
 
 @register_format("csv")
-def format_csv(summaries: Sequence[Summary], radii: Sequence[float]) -> str:
+def format_csv(table: Table) -> str:
     """Comma-separated, header line first; fractions at full precision, empty when missing."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([*MACHINE_KEYS, *map(radius_label, radii)])
-    for s in summaries:
-        writer.writerow(["" if v is None else _csv_cell(v) for v in _machine_row(s).values()])
+    writer.writerow(table.keys)
+    for row in table.rows:
+        writer.writerow(["" if v is None else _csv_cell(v) for v in row])
     return out.getvalue()
 
 
@@ -136,9 +165,14 @@ def _csv_cell(value) -> str:
 
 
 @register_format("json")
-def format_json(summaries: Sequence[Summary], radii: Sequence[float]) -> str:
-    """A list of objects, one per file; fractions as floats, null when missing."""
-    return json.dumps([_machine_row(s) for s in summaries], indent=2) + "\n"
+def format_json(table: Table) -> str:
+    """A list of objects, one per row; fractions as floats, null when missing."""
+    rows = [dict(zip(table.keys, (_json_value(v) for v in row))) for row in table.rows]
+    return json.dumps(rows, indent=2) + "\n"
+
+
+def _json_value(value):
+    return value.item() if isinstance(value, np.generic) else value
 
 
 # --------------------------------------------------------------------------- escaping
@@ -154,3 +188,75 @@ _LATEX_SPECIALS = {
 
 def _latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in text)
+
+
+# --------------------------------------------------------------------------- training cost
+@dataclasses.dataclass(frozen=True)
+class TrainRun:
+    """What a run folder says about the cost of its training (Jeong & Shin's Table 3 columns)."""
+
+    name: str
+    method: str
+    num_hparams: int
+    epochs: int
+    seconds_per_epoch: float
+    peak_mem_mb: float | None  # None for runs logged before memory was recorded
+    acr: float | None  # of the first CERTIFY record file in the folder, if any
+
+
+def read_run(run_dir, name: str | None = None) -> TrainRun:
+    """Summarize a training run folder: checkpoint.pt, log.tsv and any CERTIFY records in it."""
+    from .models.checkpoint import load_checkpoint
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "checkpoint.pt").is_file():
+        raise SmoothcertError(f"{run_dir} is not a training run folder (no checkpoint.pt)")
+    meta = load_checkpoint(run_dir / "checkpoint.pt").meta
+    log = _read_log(run_dir / "log.tsv")
+    hparams = meta["method"].get("hparams", {})
+    return TrainRun(
+        name=name or run_dir.name,
+        method=meta["method"]["name"],
+        num_hparams=int(meta.get("num_hparams", len(hparams))),
+        epochs=int(meta["epoch"]),
+        seconds_per_epoch=float(np.mean(log["seconds"])),
+        peak_mem_mb=float(np.max(log["peak_mem_mb"])) if "peak_mem_mb" in log else None,
+        acr=_run_acr(run_dir),
+    )
+
+
+def _read_log(path: Path) -> dict:
+    """The columns of a training log.tsv (it has the record-file layout, keyed by ``epoch``)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise SmoothcertError(f"cannot read training log {path}: {e.strerror}") from e
+    header, rows = lines[0].split("\t"), [line.split("\t") for line in lines[1:] if line]
+    if not rows:
+        raise SmoothcertError(f"training log {path} has no completed epoch")
+    return {k: np.array([float(r[i]) for r in rows]) for i, k in enumerate(header)}
+
+
+def _run_acr(run_dir: Path) -> float | None:
+    for path in sorted(run_dir.glob("*.tsv")):
+        manifest = read_manifest(path)
+        if manifest is not None and manifest.get("kind") == "certify":
+            return average_certified_radius(read_records(path))
+    return None
+
+
+def training_table(runs: Sequence[TrainRun]) -> Table:
+    return Table(
+        keys=("name", "method", "num_hparams", "epochs", "seconds_per_epoch", "peak_mem_mb",
+              "acr"),
+        headers=("name", "method", "#HP", "epochs", "s/epoch", "peak MB", "ACR"),
+        styles=("text", "text", "int", "int", "float2", "float2", "float3"),
+        rows=tuple(dataclasses.astuple(r) for r in runs),
+    )
+
+
+def train_report(run_dirs: Iterable, fmt: str = "md") -> str:
+    """The training-cost table of run folders: method, #HP, seconds per epoch, peak memory, ACR."""
+    formatter = get_format(fmt)
+    paths, labels = _paths_and_labels(run_dirs, folders=True)
+    return formatter(training_table([read_run(p, label) for p, label in zip(paths, labels)]))
