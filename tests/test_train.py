@@ -1,4 +1,6 @@
-"""The trainer: learns digits, writes a complete run folder, resumes bit-for-bit, refuses misuse."""
+"""The trainer: learns digits, writes a complete run folder with the cost of every epoch, resumes
+bit-for-bit, starts from another checkpoint's weights, lets a method choose the epoch's examples,
+refuses misuse."""
 
 from __future__ import annotations
 
@@ -10,16 +12,20 @@ import yaml
 
 from smoothcert import SmoothcertError
 from smoothcert import train as train_module
+from smoothcert.cli import main
 from smoothcert.methods import METHODS
-from smoothcert.models.checkpoint import load_checkpoint
-from smoothcert.train import TrainConfig, train
+from smoothcert.models import build_model
+from smoothcert.models.checkpoint import checkpoint_meta, load_checkpoint, save_checkpoint
+from smoothcert.rng import derived_seed
+from smoothcert.train import TrainConfig, Trainer, train
 
 # 2 epochs of digits_cnn at batch 32: about 90 SGD steps, a second or two on 2 CPU cores.
 CONFIG = TrainConfig(
     dataset="digits", arch="digits_cnn", sigma=0.25, epochs=2, batch_size=32, lr=0.05, seed=3
 )
 META_KEYS = {"arch", "dataset", "num_classes", "input_shape", "mean", "std", "noise", "method",
-             "epoch", "versions", "config"}
+             "epoch", "versions", "config", "num_hparams"}
+COST = ("seconds", "peak_mem_mb")  # measured, so they differ between runs of the same config
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +58,14 @@ def test_run_folder_has_meta_log_and_config(straight):
     assert meta["input_shape"] == [1, 8, 8] and len(meta["mean"]) == len(meta["std"]) == 1
     assert meta["noise"] == {"name": "gaussian", "sigma": 0.25}
     assert meta["method"] == {"name": "gaussian", "hparams": {"num_noise": 1}}
+    assert meta["num_hparams"] == 1
     assert meta["epoch"] == 2 and meta["config"] == CONFIG.to_dict()
     assert ckpt.train_state["epoch"] == 2
     rows = read_log(straight / "log.tsv")
     assert [r["epoch"] for r in rows] == ["1", "2"]
-    assert list(rows[0])[:6] == ["epoch", "lr", "loss", "train_acc", "test_acc", "seconds"]
+    assert list(rows[0])[:7] == ["epoch", "lr", "loss", "train_acc", "test_acc", "seconds",
+                                 "peak_mem_mb"]
+    assert all(float(r["seconds"]) > 0 and float(r["peak_mem_mb"]) > 0 for r in rows)
     assert "ce" in rows[0]  # the method's extra scalar, logged without the trainer knowing it
     assert yaml.safe_load((straight / "config.yaml").read_text()) == CONFIG.to_dict()
 
@@ -97,8 +106,9 @@ def test_interrupted_and_resumed_equals_straight(straight, tmp_path, monkeypatch
     rows, straight_rows = read_log(tmp_path / "log.tsv"), read_log(straight / "log.tsv")
     assert [r["epoch"] for r in rows] == ["1", "2"]  # the unsaved epoch's row was replaced
     for row, ref in zip(rows, straight_rows):
-        assert {k: v for k, v in row.items() if k != "seconds"} == {
-            k: v for k, v in ref.items() if k != "seconds"
+        assert row.keys() == ref.keys()
+        assert {k: v for k, v in row.items() if k not in COST} == {
+            k: v for k, v in ref.items() if k not in COST
         }
 
 
@@ -165,6 +175,8 @@ def test_nan_loss_stops_without_writing_a_checkpoint(tmp_path, monkeypatch):
         ({"method_params": {"m": 2}}, "unknown hyperparameter.*m.*valid: num_noise"),
         ({"method_params": {"num_noise": 0}}, "num_noise"),
         ({"method_params": [1]}, "method_params"),
+        ({"init_checkpoint": 5}, "init_checkpoint"),
+        ({"init_checkpoint": ""}, "init_checkpoint"),
     ],
 )
 def test_bad_config_values_raise(change, match):
@@ -185,3 +197,69 @@ def test_from_dict_names_unknown_and_missing_keys():
         TrainConfig.from_dict({**CONFIG.to_dict(), "learning_rate": 0.1})
     with pytest.raises(SmoothcertError, match="missing required key.*sigma, epochs"):
         TrainConfig.from_dict({"dataset": "digits", "arch": "digits_cnn"})
+
+
+# --------------------------------------------------------------------------- init checkpoint
+def test_init_checkpoint_gives_the_starting_weights(straight):
+    path = straight / "checkpoint.pt"
+    trainer = Trainer(TrainConfig.from_dict({**CONFIG.to_dict(), "init_checkpoint": str(path)}))
+    for key, value in load_checkpoint(path).state_dict.items():
+        assert torch.equal(trainer.model.state_dict()[key], value)
+    fresh = Trainer(CONFIG).model.state_dict()
+    assert not torch.equal(fresh["1.0.weight"], trainer.model.state_dict()["1.0.weight"])
+
+
+def foreign_checkpoint(path, arch="lenet", dataset="mnist", input_shape=(1, 28, 28)):
+    model = build_model(arch, 10, input_shape, (0.5,), (0.5,))
+    meta = checkpoint_meta(arch=arch, dataset=dataset, num_classes=10, input_shape=input_shape,
+                           mean=(0.5,), std=(0.5,), noise={"name": "gaussian", "sigma": 0.25},
+                           method={"name": "gaussian", "hparams": {}}, epoch=1, config={})
+    save_checkpoint(path, model, meta)
+    return path
+
+
+def test_init_checkpoint_of_another_arch_or_shape_or_nowhere_is_refused(tmp_path):
+    def config(path):
+        return TrainConfig.from_dict({**CONFIG.to_dict(), "init_checkpoint": str(path)})
+
+    lenet = foreign_checkpoint(tmp_path / "lenet.pt")
+    with pytest.raises(SmoothcertError, match="a lenet trained on mnist.*digits_cnn on digits"):
+        Trainer(config(lenet))
+    # right names in the meta, wrong weights (a digits_cnn built for 16×16 inputs)
+    liar = foreign_checkpoint(tmp_path / "liar.pt", "digits_cnn", "digits", (1, 16, 16))
+    with pytest.raises(SmoothcertError, match="do not fit this run's digits_cnn"):
+        Trainer(config(liar))
+    with pytest.raises(SmoothcertError, match="does not exist"):
+        Trainer(config(tmp_path / "nowhere.pt"))
+
+
+def test_cli_init_from(straight, tmp_path, capsys):
+    args = ["train", "--dataset", "digits", "--arch", "digits_cnn", "--sigma", "0.25",
+            "--epochs", "1", "--batch", "64", "--no-progress", "--device", "cpu"]
+    lenet = foreign_checkpoint(tmp_path / "lenet.pt")
+    assert main([*args, "--init-from", str(lenet), "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds a lenet trained on mnist" in err
+    assert not (tmp_path / "bad" / "checkpoint.pt").exists()
+    init = str(straight / "checkpoint.pt")
+    assert main([*args, "--init-from", init, "--out", str(tmp_path / "ok")]) == 0
+    assert yaml.safe_load((tmp_path / "ok" / "config.yaml").read_text())["init_checkpoint"] == init
+
+
+# --------------------------------------------------------------------------- epoch order
+def test_default_order_is_a_permutation_from_the_shuffle_stream():
+    trainer = Trainer(CONFIG)
+    order = torch.cat(trainer._batches())
+    gen = torch.Generator().manual_seed(derived_seed(CONFIG.seed, train_module._SHUFFLE))
+    assert torch.equal(order, torch.randperm(len(trainer.train_data), generator=gen))
+
+
+def test_a_method_can_choose_the_epochs_examples(monkeypatch):
+    trainer = Trainer(CONFIG)
+    chosen = torch.arange(100).repeat(3)  # 300 visits of the first 100 examples
+    monkeypatch.setattr(METHODS["gaussian"], "epoch_indices", lambda self, e, n, g: chosen)
+    assert torch.equal(torch.cat(trainer._batches()), chosen)
+    monkeypatch.setattr(METHODS["gaussian"], "epoch_indices",
+                        lambda self, e, n, g: torch.tensor([0, n]))
+    with pytest.raises(RuntimeError, match="epoch_indices must return.*indices in"):
+        trainer._batches()

@@ -10,7 +10,6 @@ import os
 import sys
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 from .errors import SmoothcertError
 
@@ -121,6 +120,13 @@ def _train_args(p):
     p.add_argument("--lr-milestones", type=lambda s: tuple(int(v) for v in s.split(",")))
     p.add_argument("--seed", type=int)
     p.add_argument(
+        "--init-from",
+        dest="init_checkpoint",
+        metavar="PATH",
+        help="start from the weights of this checkpoint (same arch and dataset), e.g. to "
+        "fine-tune with --method heat",
+    )
+    p.add_argument(
         "--param",
         action="append",
         default=[],
@@ -148,14 +154,16 @@ _TRAIN_FIELDS = (
     "lr_gamma",
     "lr_milestones",
     "seed",
+    "init_checkpoint",
 )
 
 
 @command("train", "train a base classifier with a smoothing-aware method", _train_args)
 def cmd_train(args):
+    from .recipes import load_recipe
     from .train import TrainConfig, train
 
-    fields = _load_yaml(args.config) if args.config else {}
+    fields = load_recipe(args.config) if args.config else {}
     fields.update({k: getattr(args, k) for k in _TRAIN_FIELDS if getattr(args, k) is not None})
     params = dict(fields.pop("method_params", None) or {}, **_parse_params(args.param))
     fields["data_root"] = args.data_root or fields.get("data_root")
@@ -168,18 +176,6 @@ def cmd_train(args):
         progress=not args.no_progress,
     )
     print(f"checkpoint: {path}")
-
-
-def _load_yaml(path) -> dict:
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise SmoothcertError(f"cannot read config {path}: {e}") from e
-    if not isinstance(data, dict):
-        raise SmoothcertError(f"config {path} must be a mapping of TrainConfig fields")
-    return data
 
 
 def _parse_params(items) -> dict:

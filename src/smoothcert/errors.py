@@ -26,6 +26,14 @@ def check_positive_finite(name: str, value: float) -> float:
     return float(value)
 
 
+def check_nonnegative(name: str, value: float) -> float:
+    """A finite number ≥ 0 (a weight such as λ or γ that may switch a term off)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value < 0:
+        raise SmoothcertError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
 def check_probability(name: str, value: float) -> float:
     """A level such as α: strictly inside (0, 1)."""
     if not isinstance(value, (int, float)) or not 0.0 < value < 1.0:

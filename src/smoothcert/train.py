@@ -3,7 +3,8 @@
 A run lives in one folder::
 
     DIR/config.yaml     the resolved TrainConfig (written at start)
-    DIR/log.tsv         one row per completed epoch, flushed and fsynced
+    DIR/log.tsv         one row per completed epoch, flushed and fsynced; besides the losses it
+                        records the epoch's cost: ``seconds`` and ``peak_mem_mb``
     DIR/checkpoint.pt   weights + metadata + everything needed to resume (written after each epoch)
 
 Every random draw comes from a generator seeded from ``config.seed``: the model's initialisation,
@@ -11,7 +12,12 @@ the per-epoch shuffle (a CPU generator), and the augmentation and noise draws (a
 training device). Their states go into the checkpoint, so an interrupted run resumed with
 ``resume=True`` ends with the same weights as an uninterrupted one (on the same device and
 software). The trainer never branches on the method: a method returns ``{"loss", "logits", ...}``
-and every other scalar it returns becomes a log column.
+and every other scalar it returns becomes a log column; a method may also hook the start of an
+epoch (:meth:`~smoothcert.methods.TrainingMethod.on_epoch_start`) and choose which examples an
+epoch visits (:meth:`~smoothcert.methods.TrainingMethod.epoch_indices`).
+
+A run may start from the weights of another checkpoint (``init_checkpoint``, CLI ``--init-from``)
+of the same architecture and dataset, for methods that fine-tune a pretrained classifier.
 """
 
 from __future__ import annotations
@@ -33,6 +39,11 @@ import yaml
 from torch.optim import SGD
 from torch.optim.lr_scheduler import LRScheduler, MultiStepLR, StepLR
 from tqdm import tqdm
+
+try:
+    import resource  # peak RSS on POSIX
+except ImportError:  # Windows
+    resource = None
 
 from .data import DATASETS, augment, load_dataset
 from .errors import SmoothcertError, check_count, check_positive_finite, unknown_name
@@ -80,6 +91,7 @@ class TrainConfig:
     lr_gamma: float = 0.1
     seed: int = 0
     data_root: str | None = None
+    init_checkpoint: str | None = None  # start from these weights (same arch and dataset)
 
     def __post_init__(self):
         for name, value in _validated(self).items():
@@ -137,6 +149,7 @@ def _validated(c: TrainConfig) -> dict[str, Any]:
         "lr_gamma": check_positive_finite("lr_gamma", c.lr_gamma),
         "seed": check_count("seed", c.seed, minimum=0),
         "data_root": None if c.data_root is None else os.fspath(c.data_root),
+        "init_checkpoint": _check_path("init_checkpoint", c.init_checkpoint),
     }
 
 
@@ -144,6 +157,14 @@ def _check_str(name: str, value) -> str:
     if not isinstance(value, str):
         raise SmoothcertError(f"{name} must be a string, got {value!r}")
     return value
+
+
+def _check_path(name: str, value) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise SmoothcertError(f"{name} must be a file path or null, got {value!r}")
+    return os.fspath(value)
 
 
 def _check_name(kind: str, value, known) -> str:
@@ -214,14 +235,18 @@ class Trainer:
     """Model, optimiser, schedule, method, noise and generators of one run, on one device.
 
     :meth:`train_epoch` runs one epoch and returns its log row; :meth:`meta` and
-    :meth:`train_state` are what a checkpoint stores, :meth:`load` restores them.
+    :meth:`train_state` are what a checkpoint stores, :meth:`load` restores them. With
+    ``config.init_checkpoint`` the model starts from that checkpoint's weights (unless
+    ``load_init`` is false: a resumed run gets its weights from its own checkpoint).
     """
 
-    def __init__(self, config: TrainConfig, device="cpu"):
+    def __init__(self, config: TrainConfig, device="cpu", load_init: bool = True):
         self.config, self.device = config, torch.device(device)
         self.train_data = load_dataset(config.dataset, "train", config.data_root).to(self.device)
         self.test_data = load_dataset(config.dataset, "test", config.data_root).to(self.device)
         self.model = _initial_model(config, self.train_data.spec).to(self.device)
+        if load_init and config.init_checkpoint is not None:
+            _load_initial_weights(self.model, config)
         self.method = build_method(config.method, **config.method_params)
         self.noise = Gaussian(config.sigma)
         self.optimizer = SGD(
@@ -237,9 +262,14 @@ class Trainer:
         self.epoch = 0  # completed epochs
 
     def train_epoch(self, progress: bool = False) -> dict[str, float]:
-        """One pass over the shuffled training set; returns the log row of the epoch."""
-        self.method.on_epoch_start(self.epoch, self._context())
+        """One pass over the epoch's examples (see :meth:`_batches`); returns its log row.
+
+        The epoch's ``seconds`` and ``peak_mem_mb`` include the method's epoch hook (e.g. an
+        estimate of p̂A over the training set), not the test-accuracy evaluation.
+        """
+        _reset_peak_memory(self.device)
         lr, start, meter = self.optimizer.param_groups[0]["lr"], time.perf_counter(), _Meter()
+        self.method.on_epoch_start(self.epoch, self._context())
         batches = self._batches()
         bar = tqdm(total=len(batches), desc=f"epoch {self.epoch + 1}/{self.config.epochs}",
                    disable=not progress, file=sys.stderr, leave=False)
@@ -249,10 +279,12 @@ class Trainer:
                 if progress and (i % 10 == 9 or i == len(batches) - 1):  # syncs: not per batch
                     bar.set_postfix(loss=f"{meter.mean('loss'):.3f}", acc=f"{meter.accuracy():.3f}")
                 bar.update()
-        seconds = time.perf_counter() - start
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # count the queued kernels in the epoch's time
+        cost = {"seconds": time.perf_counter() - start, "peak_mem_mb": _peak_memory_mb(self.device)}
         self.scheduler.step()
         self.epoch += 1
-        return self._row(lr, meter, seconds)
+        return self._row(lr, meter, cost)
 
     def _step(self, idx: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         x, y = self.train_data.batch(idx)
@@ -265,15 +297,21 @@ class Trainer:
         return out, y
 
     def _batches(self) -> list[torch.Tensor]:
-        """This epoch's shuffled index batches; a last batch of one joins the previous one
-        (BatchNorm cannot normalise a single example)."""
-        perm = torch.randperm(len(self.train_data), generator=self.shuffle_gen).to(self.device)
-        batches = list(perm.split(self.config.batch_size))
+        """This epoch's index batches: the method's order (:meth:`epoch_indices`) or a shuffle
+        of the whole training set; a last batch of one joins the previous one (BatchNorm cannot
+        normalise a single example)."""
+        n = len(self.train_data)
+        order = self.method.epoch_indices(self.epoch, n, self.shuffle_gen)
+        if order is None:
+            order = torch.randperm(n, generator=self.shuffle_gen)
+        else:
+            _check_indices(order, n, self.method.name)
+        batches = list(order.to(self.device).split(self.config.batch_size))
         if len(batches) > 1 and len(batches[-1]) == 1:
             batches[-2:] = [torch.cat(batches[-2:])]
         return batches
 
-    def _row(self, lr: float, meter: _Meter, seconds: float) -> dict[str, float]:
+    def _row(self, lr: float, meter: _Meter, cost: dict[str, float]) -> dict[str, float]:
         means = meter.means()
         if not math.isfinite(means["loss"]):
             raise SmoothcertError(
@@ -281,7 +319,7 @@ class Trainer:
                 "lower the learning rate (nothing was written for this epoch)"
             )
         head = {"epoch": self.epoch, "lr": lr, "loss": means.pop("loss")}
-        tail = {"test_acc": self.noisy_test_accuracy(), "seconds": seconds}
+        tail = {"test_acc": self.noisy_test_accuracy(), **cost}
         return {**head, "train_acc": meter.accuracy(), **tail, **means}
 
     def noisy_test_accuracy(self) -> float:
@@ -299,12 +337,22 @@ class Trainer:
         return correct.item() / n
 
     def _context(self) -> EpochContext:
-        return EpochContext(self.config.epochs, self.model, self.train_data, self.noise)
+        return EpochContext(
+            self.config.epochs,
+            self.model,
+            self.train_data,
+            self.noise,
+            generator=self.noise_gen,
+            device=self.device,
+            config=self.config,
+        )
 
     def meta(self) -> dict[str, Any]:
-        """The checkpoint's self-description (plain Python values only)."""
+        """The checkpoint's self-description (plain Python values only); besides the standard
+        keys it records ``num_hparams``, the method's number of hyperparameters (a cost of the
+        method: each one is a knob to tune)."""
         spec, c = self.train_data.spec, self.config
-        return checkpoint_meta(
+        meta = checkpoint_meta(
             arch=c.arch,
             dataset=c.dataset,
             num_classes=spec.num_classes,
@@ -316,6 +364,7 @@ class Trainer:
             epoch=self.epoch,
             config=c.to_dict(),
         )
+        return {**meta, "num_hparams": len(self.method.hparams())}
 
     def train_state(self) -> dict[str, Any]:
         """Everything besides the weights that an exact resume needs."""
@@ -347,6 +396,55 @@ def _initial_model(config: TrainConfig, spec) -> torch.nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(derived_seed(config.seed, _INIT))
         return build_model(config.arch, spec.num_classes, spec.input_shape, spec.mean, spec.std)
+
+
+def _load_initial_weights(model: torch.nn.Module, config: TrainConfig) -> None:
+    """Copy the weights of ``config.init_checkpoint`` into ``model``; the checkpoint must hold the
+    same architecture trained on the same dataset."""
+    path = config.init_checkpoint
+    checkpoint = load_checkpoint(path)
+    arch, dataset = checkpoint.meta.get("arch"), checkpoint.meta.get("dataset")
+    if (arch, dataset) != (config.arch, config.dataset):
+        raise SmoothcertError(
+            f"init checkpoint {path} holds a {arch} trained on {dataset}, but this run trains a "
+            f"{config.arch} on {config.dataset}; start from a checkpoint of the same arch and "
+            "dataset"
+        )
+    try:
+        model.load_state_dict(checkpoint.state_dict, strict=True)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0]
+        raise SmoothcertError(
+            f"the weights in init checkpoint {path} do not fit this run's {config.arch} "
+            f"({first}); the checkpoint is corrupt or its meta is wrong"
+        ) from err
+
+
+def _check_indices(order, n: int, method: str) -> None:
+    """A method's epoch order must be a non-empty 1-D int64 tensor of indices in [0, n)."""
+    ok = isinstance(order, torch.Tensor) and order.dtype == torch.int64 and order.dim() == 1
+    if not ok or len(order) == 0 or int(order.min()) < 0 or int(order.max()) >= n:
+        raise RuntimeError(
+            f"method {method!r}: epoch_indices must return a non-empty 1-D int64 tensor of "
+            f"indices in [0, {n}), got {order!r:.200}"
+        )
+
+
+def _reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    """Peak memory in MiB: CUDA memory allocated by tensors since the last reset (once per epoch)
+    on a GPU; elsewhere the process's peak resident set size, which never decreases over the
+    process (so on CPU it bounds the epoch's peak from above), NaN where unavailable."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    if resource is None:
+        return math.nan
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes / KiB
 
 
 def _generator(device: torch.device, seed: int) -> torch.Generator:
@@ -411,7 +509,7 @@ def train(
     if checkpoint is not None and checkpoint.meta["epoch"] >= config.epochs:
         log.warning("%s: all %d epochs are done; nothing to train", path, config.epochs)
         return path
-    trainer = Trainer(config, device)
+    trainer = Trainer(config, device, load_init=checkpoint is None)
     if checkpoint is not None:
         trainer.load(checkpoint)
         log.info("resuming %s after epoch %d", path, trainer.epoch)

@@ -56,12 +56,22 @@ def build_method(name: str, **hparams: Any) -> TrainingMethod:
 
 @dataclass(frozen=True)
 class EpochContext:
-    """What :meth:`TrainingMethod.on_epoch_start` may look at: the run as it stands."""
+    """What :meth:`TrainingMethod.on_epoch_start` may look at: the run as it stands.
+
+    ``generator`` is the run's training generator on ``device`` (the one :meth:`TrainingMethod.loss`
+    draws from); a method that samples at the start of an epoch (e.g. estimating p̂A of every
+    training example) draws from it, so its draws are part of the run's reproducible stream and
+    survive resuming. ``config`` is the run's ``TrainConfig`` (None outside the trainer). The last
+    three fields default to None so that tests may build a context from the first four alone.
+    """
 
     num_epochs: int
     model: nn.Module
     train_data: Any  # smoothcert.data.ImageDataset, already on the training device
     noise: Any  # the noise strategy (smoothcert.Gaussian)
+    generator: torch.Generator | None = None
+    device: torch.device | None = None
+    config: Any = None  # smoothcert.train.TrainConfig
 
 
 class TrainingMethod(abc.ABC):
@@ -106,8 +116,26 @@ class TrainingMethod(abc.ABC):
         """
 
     def on_epoch_start(self, epoch: int, context: EpochContext) -> None:
-        """Called before epoch ``epoch`` (0-based: the number of epochs already completed)."""
+        """Called before epoch ``epoch`` (0-based: the number of epochs already completed).
+
+        Also called first thing after a resume, for the epoch the run continues with: anything
+        it derives from ``epoch`` alone must be recomputed here, anything else must come from
+        :meth:`state_dict`.
+        """
         return None  # most methods need no schedule
+
+    def epoch_indices(
+        self, epoch: int, num_examples: int, generator: torch.Generator
+    ) -> torch.Tensor | None:
+        """The training-set indices that epoch ``epoch`` visits, in order, or None.
+
+        None (the default) means the trainer's own shuffle: a random permutation of all
+        ``num_examples`` examples. A method that reweighs or drops examples returns a 1-D int64
+        tensor of indices in ``[0, num_examples)`` (repeats allowed); the trainer batches it as
+        it is. Random choices must come from ``generator`` (the trainer's CPU shuffle generator,
+        saved with checkpoints). Called after :meth:`on_epoch_start` of the same epoch.
+        """
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         """Method state that changes during training (saved with checkpoints); none by default."""

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
-from ..errors import SmoothcertError, check_count
+from ..errors import SmoothcertError, check_count, check_nonnegative
 from .base import TrainingMethod, register_method
 
 VARIANTS = ("default", "mse", "kl", "xent")
@@ -64,13 +63,6 @@ def _check_variant(variant: str) -> str:
     return variant
 
 
-def _check_nonnegative(name: str, value: float) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value < 0:
-        raise SmoothcertError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
 @register_method("consistency")
 class ConsistencyRegularization(TrainingMethod):
     """Jeong & Shin, "Consistency Regularization for Certified Robustness of Smoothed
@@ -117,8 +109,8 @@ class ConsistencyRegularization(TrainingMethod):
         variant: str = "default",
     ):
         self.num_noise = check_count("num_noise", num_noise, minimum=2)  # m: noise copies
-        self.lbd = _check_nonnegative("lbd", lbd)  # λ: weight of the KL (or MSE) term
-        self.eta = _check_nonnegative("eta", eta)  # η: weight of H(p̄), "default" only
+        self.lbd = check_nonnegative("lbd", lbd)  # λ: weight of the KL (or MSE) term
+        self.eta = check_nonnegative("eta", eta)  # η: weight of H(p̄), "default" only
         self.variant = _check_variant(variant)
 
     def loss(self, model, x, y, noise, generator):

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from ..attacks import ATTACKS, draw_noises
-from ..errors import SmoothcertError, check_count, unknown_name
+from ..errors import SmoothcertError, check_count, check_nonnegative, unknown_name
 from .base import TrainingMethod, register_method
 
 
@@ -83,15 +81,15 @@ class SmoothAdv(TrainingMethod):
         if not isinstance(attack, str) or attack not in ATTACKS:
             raise unknown_name("attack", str(attack), ATTACKS)
         self.attack = attack  # "pgd" | "ddn"
-        self.epsilon = _check_nonnegative("epsilon", epsilon)  # ε: L2 budget, pixel units
+        self.epsilon = check_nonnegative("epsilon", epsilon)  # ε: L2 budget, pixel units
         self.num_steps = check_count("num_steps", num_steps)  # T: attack steps
         self.num_noise = check_count("num_noise", num_noise)  # m: noises per input
         if not isinstance(multi_noise, bool):
             raise SmoothcertError(f"multi_noise must be true or false, got {multi_noise!r}")
         self.multi_noise = multi_noise  # train on all m copies (True) or the first
         self.warmup_epochs = check_count("warmup_epochs", warmup_epochs, minimum=0)  # W
-        self.lbd = _check_nonnegative("lbd", lbd)  # λ of the consistency term; 0 = off
-        self.eta = _check_nonnegative("eta", eta)  # η: weight of H(p̄) in the consistency term
+        self.lbd = check_nonnegative("lbd", lbd)  # λ of the consistency term; 0 = off
+        self.eta = check_nonnegative("eta", eta)  # η: weight of H(p̄) in the consistency term
         if self.lbd > 0 and self.num_noise < 2:
             raise SmoothcertError("consistency (lbd > 0) needs num_noise >= 2")
         self._attacker = ATTACKS[self.attack](num_steps=self.num_steps)
@@ -135,10 +133,3 @@ class SmoothAdv(TrainingMethod):
             out["loss"] = ce + reg
             out["consistency"] = reg.detach()
         return out
-
-
-def _check_nonnegative(name: str, value: float) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value < 0:
-        raise SmoothcertError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)

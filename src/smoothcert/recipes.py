@@ -1,0 +1,42 @@
+"""YAML recipes for ``smoothcert train --config``.
+
+A recipe is a mapping of :class:`~smoothcert.train.TrainConfig` fields. It may name a ``base``
+recipe (a path relative to itself) whose fields it extends: the paper's schedule lives in one base
+file per dataset and each method/σ recipe only states what differs. ``method_params`` mappings
+merge key by key; every other field replaces the base's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from .errors import SmoothcertError
+
+
+def load_recipe(path) -> dict:
+    """The fields of the recipe at ``path`` with its chain of ``base`` recipes resolved."""
+    return _load(Path(path), seen=())
+
+
+def _load(path: Path, seen: tuple) -> dict:
+    if path.resolve() in seen:
+        raise SmoothcertError(f"recipe {path} includes itself through 'base'")
+    fields = _read(path)
+    base = fields.pop("base", None)
+    if base is None:
+        return fields
+    inherited = _load(path.parent / base, seen + (path.resolve(),))
+    params = {**inherited.get("method_params", {}), **fields.get("method_params", {})}
+    return {**inherited, **fields, "method_params": params}
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise SmoothcertError(f"cannot read recipe {path}: {e}") from e
+    if not isinstance(data, dict):
+        raise SmoothcertError(f"recipe {path} must be a mapping of TrainConfig fields")
+    return data
