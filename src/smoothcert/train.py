@@ -279,12 +279,30 @@ class Trainer:
                 if progress and (i % 10 == 9 or i == len(batches) - 1):  # syncs: not per batch
                     bar.set_postfix(loss=f"{meter.mean('loss'):.3f}", acc=f"{meter.accuracy():.3f}")
                 bar.update()
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # count the queued kernels in the epoch's time
+        _synchronize(self.device)  # count the queued kernels in the epoch's time
         cost = {"seconds": time.perf_counter() - start, "peak_mem_mb": _peak_memory_mb(self.device)}
         self.scheduler.step()
         self.epoch += 1
         return self._row(lr, meter, cost)
+
+    def time_steps(self, num_steps: int, warmup: int = 2) -> dict[str, float]:
+        """Cost of this run's method per optimizer step, for benchmarks: mean seconds over
+        ``num_steps`` timed steps after ``warmup`` untimed ones, peak memory (as in the log) and
+        steps per epoch. Runs the method's epoch hook first; the steps do change the model."""
+        self.method.on_epoch_start(self.epoch, self._context())
+        batches = self._batches()
+        steps = [batches[i % len(batches)] for i in range(warmup + num_steps)]
+        for idx in steps[:warmup]:
+            self._step(idx)
+        _synchronize(self.device)
+        _reset_peak_memory(self.device)
+        start = time.perf_counter()
+        for idx in steps[warmup:]:
+            self._step(idx)
+        _synchronize(self.device)
+        seconds = (time.perf_counter() - start) / num_steps
+        return {"seconds_per_step": seconds, "steps_per_epoch": len(batches),
+                "peak_mem_mb": _peak_memory_mb(self.device)}
 
     def _step(self, idx: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         x, y = self.train_data.batch(idx)
@@ -428,6 +446,11 @@ def _check_indices(order, n: int, method: str) -> None:
             f"method {method!r}: epoch_indices must return a non-empty 1-D int64 tensor of "
             f"indices in [0, {n}), got {order!r:.200}"
         )
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _reset_peak_memory(device: torch.device) -> None:

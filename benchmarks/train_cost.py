@@ -1,0 +1,105 @@
+"""Training cost of every method relative to Gaussian augmentation (m = 1).
+
+Every method trains the same architecture on the same data, at the same σ, batch size and device,
+with the hyperparameters of its recipe (``configs/fashion-mnist/<method>_s050.yaml``). Each method
+runs in its own subprocess, so that on CPU its peak resident memory is its own. We time
+``--steps`` optimizer steps after ``--warmup`` untimed ones and report seconds per epoch as
+seconds per step × steps per epoch (the epoch's length at that batch size).
+
+Not timed: epoch hooks that run once in a while (easy_focus's p̂A estimate over the training set at
+its discard epoch, 100 draws per example, and every 10 epochs 16 draws; heat's teacher copy).
+
+    python benchmarks/train_cost.py                      # Fashion-MNIST LeNet if installed
+    python benchmarks/train_cost.py --dataset digits --arch digits_cnn
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from common import print_environment
+
+from smoothcert.models.checkpoint import save_checkpoint
+from smoothcert.recipes import load_recipe
+from smoothcert.train import TrainConfig, Trainer
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "fashion-mnist"
+RUNS = ["gaussian", "stability", "consistency", "smoothadv", "smoothadv_consistency", "macer",
+        "easy_focus", "heat"]
+
+
+def main() -> None:
+    args = parse_args()
+    if args.one:
+        print(json.dumps(time_one(args)))
+        return
+    device = torch.device(args.device)
+    print_environment(device)
+    print(f"dataset: {args.dataset}, arch: {args.arch}, σ = {args.sigma}, batch {args.batch}, "
+          f"{args.steps} timed steps after {args.warmup} warm-up steps\n")
+    results = {run: run_child(run, args) for run in args.runs}
+    print(table(results))
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dataset", default="fashion-mnist")
+    p.add_argument("--arch", default="lenet")
+    p.add_argument("--sigma", type=float, default=0.5)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--runs", nargs="+", default=RUNS, choices=RUNS)
+    p.add_argument("--one", help=argparse.SUPPRESS)  # child mode: time this run, print JSON
+    return p.parse_args()
+
+
+def run_child(run: str, args) -> dict:
+    argv = [sys.executable, __file__, "--one", run] + [
+        f"--{k}={getattr(args, k)}" for k in ("dataset", "arch", "sigma", "batch", "steps",
+                                              "warmup", "device")]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{run} failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def time_one(args) -> dict:
+    fields = load_recipe(CONFIGS / f"{args.one}_s050.yaml")
+    fields.update(dataset=args.dataset, arch=args.arch, sigma=args.sigma, batch_size=args.batch)
+    with tempfile.TemporaryDirectory() as tmp:
+        if fields["method"] == "heat":  # fine-tunes a pretrained model: any weights time the same
+            fields["init_checkpoint"] = pretrained_stand_in(fields, args.device, Path(tmp))
+        config = TrainConfig.from_dict(fields)
+        cost = Trainer(config, args.device).time_steps(args.steps, args.warmup)
+    return {**cost, "method_params": config.method_params}
+
+
+def pretrained_stand_in(fields: dict, device: str, folder: Path) -> str:
+    config = TrainConfig.from_dict({**fields, "method": "gaussian", "method_params": {}})
+    trainer = Trainer(config, device)
+    path = folder / "init.pt"
+    save_checkpoint(path, trainer.model, trainer.meta())
+    return str(path)
+
+
+def table(results: dict) -> str:
+    epoch = {run: r["seconds_per_step"] * r["steps_per_epoch"] for run, r in results.items()}
+    lines = ["| method | hyperparameters | s/step | s/epoch | × gaussian | peak MB |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for run, r in results.items():
+        params = ", ".join(f"{k}={v}" for k, v in r["method_params"].items())
+        lines.append(f"| {run} | {params} | {r['seconds_per_step']:.3f} | {epoch[run]:.1f} | "
+                     f"{epoch[run] / epoch['gaussian']:.2f} | {r['peak_mem_mb']:.0f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
