@@ -135,6 +135,9 @@ def _train_args(p):
     )
     p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.tsv, config.yaml")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic cuDNN kernels: on a GPU, a resumed run then ends with the "
+                        "same weights as an uninterrupted one (slower)")
     _add_common(p)
 
 
@@ -168,6 +171,10 @@ def cmd_train(args):
     params = dict(fields.pop("method_params", None) or {}, **_parse_params(args.param))
     fields["data_root"] = args.data_root or fields.get("data_root")
     config = TrainConfig.from_dict({**fields, "method_params": params})
+    if args.deterministic:
+        import torch
+
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     path = train(
         config,
         args.out,
@@ -178,14 +185,14 @@ def cmd_train(args):
     print(f"checkpoint: {path}")
 
 
-def _parse_params(items) -> dict:
+def _parse_params(items, flag: str = "--param") -> dict:
     import yaml
 
     params = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SmoothcertError(f"--param takes KEY=VALUE, got {item!r}")
+            raise SmoothcertError(f"{flag} takes KEY=VALUE, got {item!r}")
         params[key] = yaml.safe_load(value)
     return params
 
@@ -193,6 +200,13 @@ def _parse_params(items) -> dict:
 # --------------------------------------------------------------------------- certify / predict
 def _run_args(p, *, with_n0: bool):
     p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
+    if with_n0:
+        from .certify import TASKS
+
+        p.add_argument("--certifier", default="certify", choices=sorted(TASKS),
+                       help="the certification algorithm (default: Cohen et al.'s CERTIFY)")
+    p.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the certifier (repeatable)")
     p.add_argument("--sigma", type=float, help="noise level (default: the checkpoint's)")
     if with_n0:
         p.add_argument("--n0", type=int, default=100, help="selection draws (default 100)")
@@ -219,7 +233,8 @@ def _run_task(task: str, args) -> None:
     device = resolve_device(args.device)
     sigma = args.sigma if args.sigma is not None else float(meta["noise"]["sigma"])
     cfg = RunConfig(
-        task=task,
+        task=getattr(args, "certifier", task),
+        options=_parse_params(args.opt, "--opt"),
         checkpoint_sha256=file_sha256(args.checkpoint),
         dataset=args.dataset or meta["dataset"],
         split=args.split,

@@ -15,9 +15,10 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
 from ..data import load_dataset
@@ -29,15 +30,19 @@ from ..errors import (
 )
 from ..models.checkpoint import model_from_checkpoint, versions
 from ..noise import Gaussian
-from ..records import global_indices, open_records, shard_indices, shard_path
+from ..records import Records, global_indices, open_records, read_records, shard_indices, shard_path
 from ..registry import Registry
 from ..rng import example_generator
-from ..smoothing import Smoothed
+from ..smoothing import Certificate, Smoothed
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything that determines the rows of a run; it is the manifest's identity."""
+    """Everything that determines the rows of a run; it is the manifest's identity.
+
+    ``task`` names the certifier (:data:`TASKS`); ``options`` are its own settings, completed
+    with the task's defaults, so that equal runs have equal identities.
+    """
 
     task: str
     checkpoint_sha256: str
@@ -52,6 +57,7 @@ class RunConfig:
     max_count: int | None = None
     n0: int | None = None  # CERTIFY's selection draws; PREDICT has none
     device_type: str = "cpu"  # noise streams differ between CPU and CUDA generators
+    options: dict = field(default_factory=dict)
 
     def __post_init__(self):
         task = TASKS[self.task]
@@ -64,100 +70,102 @@ class RunConfig:
             check_count("n0", self.n0 if self.n0 is not None else 0)
         if self.split not in ("train", "test"):
             raise SmoothcertError(f"split must be 'train' or 'test', got {self.split!r}")
+        object.__setattr__(self, "options", _resolved_options(self.task, task, self.options))
+
+
+def _resolved_options(name: str, task: Task, given: dict) -> dict:
+    unknown = sorted(set(given) - set(task.options))
+    if unknown:
+        valid = ", ".join(task.options) or "(none)"
+        raise SmoothcertError(f"certifier {name!r} has no option {', '.join(unknown)}; "
+                              f"valid: {valid}")
+    return {key: _typed(key, given.get(key, default), default)
+            for key, default in task.options.items()}
+
+
+def _typed(key: str, value, default):
+    """``value`` as the type of the option's default (an int is accepted for a float)."""
+    kind = type(default)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if default is not None and not isinstance(value, kind):
+        raise SmoothcertError(f"option {key} must be of type {kind.__name__}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a certifier may use across a run: rows already written (when resuming) included."""
+
+    config: RunConfig
+    smoothed: Smoothed
+    dataset: object  # smoothcert.data.ImageDataset
+    done: Records
+    device: torch.device
 
 
 @dataclass(frozen=True)
 class Task:
-    """One algorithm applied to one input: ``run(smoothed, x, label, config, generator) -> row``.
+    """A certifier: ``make(run: RunContext)`` returns ``one(x, label, idx, generator) -> row``.
 
-    The row holds the task's own columns; the runner adds idx, label, time and seed.
+    The row holds the task's own columns; the runner adds idx, label, time and seed. ``make``
+    is called once per run, so a certifier may keep state across examples (and rebuild it
+    from ``run.done`` when a run resumes). ``options`` maps each of the certifier's own
+    settings to its default.
     """
 
     columns: tuple
-    run: Callable
+    make: Callable[[RunContext], Callable]
     needs_n0: bool = False
+    options: dict = field(default_factory=dict)
 
 
-TASKS: Registry = Registry("task")
+TASKS: Registry = Registry("certifier")
 
 
 def register_task(name: str, task: Task) -> Task:
     return TASKS.register(name)(task)
 
 
-def _certify_row(smoothed: Smoothed, x, label: int, cfg: RunConfig, gen) -> dict:
-    c = smoothed.certify(x, cfg.n0, cfg.n, cfg.alpha, cfg.batch, gen)
+def certificate_row(c: Certificate, label: int) -> dict:
+    """The columns of a CERTIFY record from a :class:`Certificate`."""
     predict = -1 if c.abstained else c.prediction
-    return {
-        "predict": predict,
-        "radius": c.radius,
-        "correct": int(predict == label),
-        "p_lower": c.p_lower,
-        "nA": c.count,
-        "n0": c.n0,
-        "n": c.n,
-        "alpha": c.alpha,
-        "sigma": c.sigma,
-    }
+    return {"predict": predict, "radius": c.radius, "correct": int(predict == label),
+            "p_lower": c.p_lower, "nA": c.count, "n0": c.n0, "n": c.n, "alpha": c.alpha,
+            "sigma": c.sigma}
 
 
-def _predict_row(smoothed: Smoothed, x, label: int, cfg: RunConfig, gen) -> dict:
-    p = smoothed.predict(x, cfg.n, cfg.alpha, cfg.batch, gen)
-    predict = -1 if p.abstained else p.prediction
-    return {
-        "predict": predict,
-        "correct": int(predict == label),
-        "count": p.count,
-        "runner_up": p.runner_up_count,
-        "pvalue": p.pvalue,
-        "n": p.n,
-        "alpha": p.alpha,
-        "sigma": cfg.sigma,
-    }
+CERTIFY_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time",
+                   "p_lower", "nA", "n0", "n", "alpha", "sigma", "seed")
 
 
-register_task(
-    "certify",
-    Task(
-        (
-            "idx",
-            "label",
-            "predict",
-            "radius",
-            "correct",
-            "time",
-            "p_lower",
-            "nA",
-            "n0",
-            "n",
-            "alpha",
-            "sigma",
-            "seed",
-        ),
-        _certify_row,
-        needs_n0=True,
-    ),
-)
-register_task(
-    "predict",
-    Task(
-        (
-            "idx",
-            "label",
-            "predict",
-            "correct",
-            "time",
-            "count",
-            "runner_up",
-            "pvalue",
-            "n",
-            "alpha",
-            "sigma",
-            "seed",
-        ),
-        _predict_row,
-    ),
-)
+def _certify(run: RunContext) -> Callable:
+    cfg, smoothed = run.config, run.smoothed
+
+    def one(x, label, idx, gen):
+        c = smoothed.certify(x, cfg.n0, cfg.n, cfg.alpha, cfg.batch, gen)
+        return certificate_row(c, label)
+
+    return one
+
+
+def _predict(run: RunContext) -> Callable:
+    cfg, smoothed = run.config, run.smoothed
+
+    def one(x, label, idx, gen):
+        p = smoothed.predict(x, cfg.n, cfg.alpha, cfg.batch, gen)
+        predict = -1 if p.abstained else p.prediction
+        return {"predict": predict, "correct": int(predict == label), "count": p.count,
+                "runner_up": p.runner_up_count, "pvalue": p.pvalue, "n": p.n,
+                "alpha": p.alpha, "sigma": cfg.sigma}
+
+    return one
+
+
+register_task("certify", Task(CERTIFY_COLUMNS, _certify, needs_n0=True))
+register_task("predict", Task(
+    ("idx", "label", "predict", "correct", "time",
+     "count", "runner_up", "pvalue", "n", "alpha", "sigma", "seed"), _predict))
 
 
 def run_dataset(
@@ -170,35 +178,28 @@ def run_dataset(
     model, meta = model_from_checkpoint(checkpoint, device=device)
     dataset = load_dataset(cfg.dataset, cfg.split, data_root=data_root)
     _check_compatible(meta, dataset)
-    indices = global_indices(len(dataset), cfg.skip, cfg.max_count)
-    mine = shard_indices(indices, *shard)
+    mine = shard_indices(global_indices(len(dataset), cfg.skip, cfg.max_count), *shard)
     path = shard_path(out, *shard)
     manifest = _manifest(cfg, checkpoint, shard, len(dataset), device)
     writer, done = open_records(path, TASKS[cfg.task].columns, manifest)
     smoothed = Smoothed(model, Gaussian(cfg.sigma), dataset.num_classes)
+    run = RunContext(cfg, smoothed, dataset, read_records(path), torch.device(device))
+    certify_one = TASKS[cfg.task].make(run)
     todo = [i for i in mine if i not in done]
-    with (
-        writer,
-        tqdm(
-            total=len(mine),
-            initial=len(mine) - len(todo),
-            disable=not progress,
-            desc=f"{cfg.task} {path.name}",
-            unit="img",
-            dynamic_ncols=True,
-        ) as bar,
-    ):
+    bar = tqdm(total=len(mine), initial=len(mine) - len(todo), disable=not progress,
+               desc=f"{cfg.task} {path.name}", unit="img", dynamic_ncols=True)
+    with writer, bar:
         for idx in todo:
-            writer.write(_run_one(smoothed, dataset, idx, cfg, device))
+            writer.write(_run_one(certify_one, dataset, idx, cfg, device))
             bar.update()
     return path
 
 
-def _run_one(smoothed: Smoothed, dataset, idx: int, cfg: RunConfig, device) -> dict:
+def _run_one(certify_one: Callable, dataset, idx: int, cfg: RunConfig, device) -> dict:
     x, label = dataset.example(idx)
     generator = example_generator(cfg.seed, idx, device)
     start = time.perf_counter()
-    row = TASKS[cfg.task].run(smoothed, x, label, cfg, generator)
+    row = certify_one(x, label, idx, generator)
     elapsed = time.perf_counter() - start
     return {"idx": idx, "label": label, "time": elapsed, "seed": cfg.seed, **row}
 

@@ -1,0 +1,39 @@
+"""The certifier registry's options: defaults fill the run's identity, bad options are refused."""
+
+import pytest
+
+from smoothcert.certify import TASKS, RunConfig, Task, certificate_row, register_task
+from smoothcert.errors import SmoothcertError
+from smoothcert.smoothing import Certificate
+
+
+@pytest.fixture
+def toy_task():
+    name = "toy-certifier-for-tests"
+    register_task(name, Task(("idx",), lambda run: None, options={"steps": 100, "lr": 0.5}))
+    yield name
+    del TASKS[name]
+
+
+def config(task, **options):
+    return RunConfig(task=task, checkpoint_sha256="0" * 64, dataset="digits", split="test",
+                     sigma=0.25, n=10, alpha=0.01, batch=10, seed=0, options=options)
+
+
+def test_options_are_completed_with_defaults_and_typed(toy_task):
+    assert config(toy_task).options == {"steps": 100, "lr": 0.5}
+    assert config(toy_task, lr=1).options == {"steps": 100, "lr": 1.0}  # int accepted as float
+    with pytest.raises(SmoothcertError, match="no option depth; valid: steps, lr"):
+        config(toy_task, depth=3)
+    with pytest.raises(SmoothcertError, match="steps must be of type int"):
+        config(toy_task, steps=2.5)
+    with pytest.raises(SmoothcertError, match="unknown certifier 'nope'"):
+        config("nope")
+
+
+def test_certificate_row_marks_abstention_as_cohen_does():
+    abstain = Certificate(None, 0.0, 0.4, True, 40, 10, 100, 0.001, 0.25)
+    assert certificate_row(abstain, 3)["predict"] == -1
+    assert certificate_row(abstain, 3)["correct"] == 0
+    ok = Certificate(3, 0.7, 0.9, False, 90, 10, 100, 0.001, 0.25)
+    assert certificate_row(ok, 3)["correct"] == 1 and certificate_row(ok, 2)["correct"] == 0
