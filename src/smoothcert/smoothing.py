@@ -34,8 +34,10 @@ class Certificate:
     """Result of CERTIFY.
 
     Unless ``abstained``, with probability ≥ 1−α over the Monte Carlo draws the smoothed classifier
-    predicts ``prediction`` at every point of the L2 ball of ``radius`` around x. On abstention
-    ``prediction`` is None and ``radius`` is 0.
+    predicts ``prediction`` at every point of the ball of ``radius`` around x, in the norm of the
+    noise (``noise.norm``: L2 for :class:`~smoothcert.noise.Gaussian`, L1 for
+    :class:`~smoothcert.noise.Uniform`). On abstention ``prediction`` is None and ``radius`` is 0.
+    ``sigma`` is the noise's standard deviation.
     """
 
     prediction: int | None
@@ -79,11 +81,12 @@ class Smoothed:
         return Prediction(prediction, abstained, c1, c2, pvalue, n, alpha)
 
     def certify(self, x, n0, n, alpha, batch_size, generator=None) -> Certificate:
-        """CERTIFY: a class and an L2 radius that hold with probability ≥ 1−α, or abstain.
+        """CERTIFY: a class and a radius that hold with probability ≥ 1−α, or abstain.
 
         Step 1 picks ĉ_A from n0 selection draws; step 2 counts n_A among n *fresh* draws; then
         p_lower is the one-sided Clopper–Pearson bound at level α, and the certificate is
-        (ĉ_A, σ·Φ⁻¹(p_lower)) if p_lower ≥ ½, else an abstention with radius 0.
+        (ĉ_A, noise.radius(p_lower)) if p_lower ≥ ½, else an abstention with radius 0. The radius
+        is σ·Φ⁻¹(p_lower) in L2 for Gaussian noise, 2λ·(p_lower − ½) in L1 for uniform noise.
         """
         check_count("n0", n0), check_count("n", n), check_probability("alpha", alpha)
         sigma = self.noise.scalar_sigma()
