@@ -31,12 +31,9 @@ sound for the data-dependent classifier as a whole, see :class:`~smoothcert.data
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from .. import data_dependent as dd
-from ..errors import SmoothcertError
 from ..noise import NOISES, Uniform
-from ..records import manifest_path
 from ..smoothing import Smoothed
 from .runner import CERTIFY_COLUMNS, RunContext, Task, certificate_row, register_task
 
@@ -93,12 +90,6 @@ def _data_dependent(noise: str) -> Callable[[RunContext], Callable]:
 def _rebuilt_memory(run: RunContext, norm: str) -> dd.Memory:
     """The memory of the rows already written, inserted in file order (see the module doc)."""
     done = run.done
-    if (done.manifest or {}).get("shard", {}).get("count", 1) > 1:
-        _remove_if_empty(done)
-        raise SmoothcertError(
-            f"certifier {run.config.task!r} keeps one memory over all inputs in order and cannot "
-            "be sharded; run it without --num-shards (or with --opt memory=false)"
-        )
     memory = dd.Memory(norm)
     for idx, predict, radius in zip(done["idx"], done["predict"], done["radius"], strict=True):
         if predict >= 0:
@@ -106,17 +97,15 @@ def _rebuilt_memory(run: RunContext, norm: str) -> dd.Memory:
     return memory
 
 
-def _remove_if_empty(done) -> None:
-    """The runner created the (still empty) record file before asking the certifier; a refused
-    run leaves no file behind. (A Task flag checked before the file is created would be better.)
-    """
-    if len(done) == 0:
-        Path(done.path).unlink(missing_ok=True)
-        manifest_path(done.path).unlink(missing_ok=True)
+def _without_memory(options: dict) -> bool:
+    """The memory needs one global order over all inputs: only memory-free runs shard."""
+    return not options["memory"]
 
 
 register_task("uniform", Task(CERTIFY_COLUMNS, _uniform, needs_n0=True))
 register_task("data-dependent", Task(
-    DD_COLUMNS, _data_dependent("gaussian"), needs_n0=True, options=dict(DD_OPTIONS)))
+    DD_COLUMNS, _data_dependent("gaussian"), needs_n0=True, options=dict(DD_OPTIONS),
+    shardable=_without_memory))
 register_task("data-dependent-uniform", Task(
-    DD_COLUMNS, _data_dependent("uniform"), needs_n0=True, options=dict(DD_OPTIONS)))
+    DD_COLUMNS, _data_dependent("uniform"), needs_n0=True, options=dict(DD_OPTIONS),
+    shardable=_without_memory))

@@ -240,15 +240,17 @@ def _deterministic(run: RunContext):
     return one
 
 
-def _lbound(run: RunContext):
-    cfg, smoothed = run.config, run.smoothed
-    bound, select = cfg.options["bound"], cfg.options["select"]
+def _validate_lbound(options: dict) -> None:
+    bound, select = options["bound"], options["select"]
     if bound not in BOUNDS or select not in SELECTIONS:
         raise SmoothcertError(f"lbound options: bound is one of {', '.join(BOUNDS)} and select "
                               f"one of {', '.join(SELECTIONS)}; got bound={bound}, select={select}")
+
+
+def _lbound(run: RunContext):
+    cfg, smoothed = run.config, run.smoothed
+    bound, select = cfg.options["bound"], cfg.options["select"]
     n0 = cfg.n0 if select == "draws" else 0
-    if select == "draws" and not n0:
-        raise SmoothcertError("lbound with select=draws needs --n0 >= 1 selection draws")
 
     def one(x, label, idx, gen):
         c = certify_lbound(smoothed, x, cfg.n, cfg.alpha, cfg.batch, gen, n0=n0, bound=bound)
@@ -276,5 +278,6 @@ def _lbound_row(c: LBoundCertificate, label: int) -> dict:
 
 register_task("deterministic", Task(CERTIFY_COLUMNS, _deterministic))
 register_task("lbound", Task(LBOUND_COLUMNS, _lbound, needs_n0=True,
-                             options={"bound": "pairwise", "select": "clean"}))
+                             options={"bound": "pairwise", "select": "clean"},
+                             validate=_validate_lbound))
 register_task("lbound-heuristic", Task(HEURISTIC_COLUMNS, _heuristic))

@@ -71,6 +71,8 @@ class RunConfig:
         if self.split not in ("train", "test"):
             raise SmoothcertError(f"split must be 'train' or 'test', got {self.split!r}")
         object.__setattr__(self, "options", _resolved_options(self.task, task, self.options))
+        if task.validate is not None:
+            task.validate(self.options)
 
 
 def _resolved_options(name: str, task: Task, given: dict) -> dict:
@@ -111,13 +113,17 @@ class Task:
     The row holds the task's own columns; the runner adds idx, label, time and seed. ``make``
     is called once per run, so a certifier may keep state across examples (and rebuild it
     from ``run.done`` when a run resumes). ``options`` maps each of the certifier's own
-    settings to its default.
+    settings to its default; ``validate(options)`` raises SmoothcertError for bad values and
+    ``shardable(options)`` says whether examples may be split across shards. Both run before
+    any file is written.
     """
 
     columns: tuple
     make: Callable[[RunContext], Callable]
     needs_n0: bool = False
     options: dict = field(default_factory=dict)
+    validate: Callable[[dict], None] | None = None
+    shardable: Callable[[dict], bool] | None = None
 
 
 TASKS: Registry = Registry("certifier")
@@ -179,6 +185,7 @@ def run_dataset(
     dataset = load_dataset(cfg.dataset, cfg.split, data_root=data_root)
     _check_compatible(meta, dataset)
     mine = shard_indices(global_indices(len(dataset), cfg.skip, cfg.max_count), *shard)
+    _check_shardable(cfg, shard)
     path = shard_path(out, *shard)
     manifest = _manifest(cfg, checkpoint, shard, len(dataset), device)
     writer, done = open_records(path, TASKS[cfg.task].columns, manifest)
@@ -193,6 +200,15 @@ def run_dataset(
             writer.write(_run_one(certify_one, dataset, idx, cfg, device))
             bar.update()
     return path
+
+
+def _check_shardable(cfg: RunConfig, shard) -> None:
+    shardable = TASKS[cfg.task].shardable
+    if shard[1] > 1 and shardable is not None and not shardable(cfg.options):
+        raise SmoothcertError(
+            f"certifier {cfg.task!r} with options {cfg.options} needs every input in one run "
+            "and order; run it without --num-shards"
+        )
 
 
 def _run_one(certify_one: Callable, dataset, idx: int, cfg: RunConfig, device) -> dict:
