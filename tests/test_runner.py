@@ -37,3 +37,16 @@ def test_certificate_row_marks_abstention_as_cohen_does():
     assert certificate_row(abstain, 3)["correct"] == 0
     ok = Certificate(3, 0.7, 0.9, False, 90, 10, 100, 0.001, 0.25)
     assert certificate_row(ok, 3)["correct"] == 1 and certificate_row(ok, 2)["correct"] == 0
+
+
+def test_bad_option_value_is_refused_before_any_file_is_written(tmp_path, capsys):
+    from smoothcert.cli import main
+    from test_cli import write_checkpoint
+
+    checkpoint = write_checkpoint(tmp_path / "c.pt")
+    out = tmp_path / "r.tsv"
+    assert main(["certify", str(checkpoint), "--certifier", "lbound", "--opt", "bound=bernstein",
+                 "--n", "10", "--max", "1", "--out", str(out), "--device", "cpu",
+                 "--no-progress"]) == 2
+    assert "bound is one of" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]
