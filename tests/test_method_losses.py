@@ -61,7 +61,7 @@ def ref_macer(logits, targets, sigma, lbd, gamma, beta):
             continue
         xi = norm.ppf(g[y]) - norm.ppf(max(g[c] for c in range(len(g)) if c != y))
         if np.isfinite(xi) and xi <= gamma:
-            rl += sigma / 2 * (gamma - xi)
+            rl += (sigma[i] if np.ndim(sigma) else sigma) / 2 * (gamma - xi)  # σ_i if per input
             hinged += 1
     return (cl + lbd * rl) / len(logits), cl, rl, hinged
 
@@ -316,12 +316,21 @@ def test_macer_method_matches_reference_and_defers_lambda():
     close(out["robustness"], rl / B, tol=1e-5)
 
 
-def test_macer_refuses_per_sample_sigma():
-    model, (x, y) = linear_model(), batch()
-    with pytest.raises(SmoothcertError, match="single σ"):
-        build_method("macer", num_noise=2).loss(
-            model, x, y, Gaussian(torch.full((B,), 0.5)), torch.Generator()
-        )
+def test_macer_with_per_sample_sigma_noises_and_weighs_each_input_at_its_own_sigma():
+    model, (x, _), k = linear_model(), batch(), 4
+    y = model(x).argmax(dim=1).detach()  # labels the model gets right: hinge terms to weigh
+    sigma = torch.tensor([0.2, 0.5, 0.9, 0.3, 0.7])
+    eps = torch.randn((k * B, C, H, W), generator=torch.Generator().manual_seed(3))
+    draws = (eps * sigma.repeat(k).view(-1, 1, 1, 1)).view(k, *x.shape)  # copy j: rows jB..
+    logits = torch.stack([model(x + draws[j]) for j in range(k)], dim=1).detach()  # (B, k, K)
+    expected, cl, rl, hinged = ref_macer(logits.numpy(), y.numpy(), sigma.numpy(), 12.0, 8.0, 1.0)
+    assert hinged >= 2  # several inputs carry a hinge term, each with its own σ_i
+    method = build_method("macer", num_noise=k, beta=1.0)
+    out = method.loss(model, x, y, Gaussian(sigma), torch.Generator().manual_seed(3))
+    close(out["loss"], expected, tol=1e-5)
+    close(out["robustness"], rl / B, tol=1e-5)
+    with pytest.raises(SmoothcertError, match="one σ per input"):
+        macer_loss(logits, y, sigma[:3], 12.0, 8.0, 1.0)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,14 @@ epoch visits (:meth:`~smoothcert.methods.TrainingMethod.epoch_indices`).
 
 A run may start from the weights of another checkpoint (``init_checkpoint``, CLI ``--init-from``)
 of the same architecture and dataset, for methods that fine-tune a pretrained classifier.
+
+With ``sigma_mode="data_dependent"`` (Alfarra et al., "Data Dependent Randomized Smoothing",
+UAI 2022, Algorithm 2) every training example keeps its own σ across epochs; before each step
+the σ of the batch's examples take ``dd_steps`` steps of OptimizeSigma
+(:func:`smoothcert.data_dependent.optimize_sigma`) and the method trains each example at its σ
+(see :class:`PerExampleSigma`). The σ of all examples are saved with every checkpoint
+(``train_state["per_example_sigma"]``, indexed like the training split) and summarised in the log
+(``sigma_mean``, ``sigma_min``, ``sigma_max``).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import dataclasses
 import logging
 import math
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -47,7 +56,7 @@ except ImportError:  # Windows
 
 from .data import DATASETS, augment, load_dataset
 from .errors import SmoothcertError, check_count, check_positive_finite, unknown_name
-from .methods import EpochContext, build_method
+from .methods import METHODS, EpochContext, build_method
 from .models import MODELS, build_model
 from .models.checkpoint import checkpoint_meta, load_checkpoint, save_checkpoint
 from .noise import Gaussian
@@ -72,6 +81,21 @@ class TrainConfig:
     defaults, so equal runs have equal configs. Units: ``sigma`` in pixel units of [0, 1] inputs,
     ``lr_step_size`` and ``lr_milestones`` in epochs. Defaults follow Cohen et al. 2019 (SGD,
     lr 0.1, momentum 0.9, weight decay 1e-4, lr × 0.1 every 30 epochs, batch 256).
+
+    ``sigma_mode="data_dependent"`` trains every example at its own σ_x, initialised to
+    ``sigma`` and optimised by OptimizeSigma as the epochs go (Alfarra et al. 2022, Alg. 2; the
+    method must support a per-sample σ). Its settings default to the authors' training scripts
+    (MotasemAlfarra/Data_Dependent_Randomized_Smoothing, ``ImageNet/train_rs.py``,
+    ``ImageNet/train_macer.py``), which the paper's training runs follow:
+
+    - ``dd_steps`` = 1: K, gradient-ascent steps on σ per visit of an example, i.e. per epoch
+      (``--iter_sig_tr`` default 1; the CIFAR-10 ``train_macer.py`` default is 10);
+    - ``dd_step_size`` = 1e-4: α_σ, the step on σ per unit gradient of the soft radius
+      (``--lr_sig`` default in every script; the paper's α = 0.0001);
+    - ``dd_num_samples`` = 1: n, noise draws per step (``--gaussian_num_ds`` default 1; paper,
+      App. H.3: n = 1 "for ease of computation" in training, n = 8 as an ablation);
+    - ``dd_start_epoch`` = 0: epochs trained at the fixed ``sigma`` before σ_x is optimised
+      (``--epoch-switch`` default 0; the paper's CIFAR-10 Cohen runs use 50 of 200 epochs).
     """
 
     dataset: str
@@ -92,6 +116,11 @@ class TrainConfig:
     seed: int = 0
     data_root: str | None = None
     init_checkpoint: str | None = None  # start from these weights (same arch and dataset)
+    sigma_mode: str = "fixed"  # "fixed" | "data_dependent" (one σ per example, Alfarra Alg. 2)
+    dd_steps: int = 1  # K: OptimizeSigma steps per example per epoch
+    dd_step_size: float = 1e-4  # α_σ: ascent step on σ (pixel units per unit radius gradient)
+    dd_num_samples: int = 1  # n: noise draws per OptimizeSigma step
+    dd_start_epoch: int = 0  # epochs at the fixed σ before σ_x is optimised
 
     def __post_init__(self):
         for name, value in _validated(self).items():
@@ -132,12 +161,13 @@ def _validated(c: TrainConfig) -> dict[str, Any]:
     params = c.method_params
     if not isinstance(params, Mapping):
         raise SmoothcertError(f"method_params must be a mapping, got {type(params).__name__}")
-    return {
+    method = build_method(_check_str("method", c.method), **params)
+    values = {
         "dataset": _check_name("dataset", c.dataset, _known_datasets()),
         "arch": _check_name("arch", c.arch, _known_archs()),
         "sigma": check_positive_finite("sigma", c.sigma),
         "epochs": check_count("epochs", c.epochs),
-        "method_params": build_method(_check_str("method", c.method), **params).hparams(),
+        "method_params": method.hparams(),
         "batch_size": check_count("batch_size", c.batch_size),
         "lr": check_positive_finite("lr", c.lr),
         "momentum": _check_range("momentum", c.momentum, 0.0, 1.0),
@@ -150,7 +180,32 @@ def _validated(c: TrainConfig) -> dict[str, Any]:
         "seed": check_count("seed", c.seed, minimum=0),
         "data_root": None if c.data_root is None else os.fspath(c.data_root),
         "init_checkpoint": _check_path("init_checkpoint", c.init_checkpoint),
+        "sigma_mode": _check_name("sigma_mode", c.sigma_mode, SIGMA_MODES),
+        "dd_steps": check_count("dd_steps", c.dd_steps),
+        "dd_step_size": check_positive_finite("dd_step_size", c.dd_step_size),
+        "dd_num_samples": check_count("dd_num_samples", c.dd_num_samples),
+        "dd_start_epoch": check_count("dd_start_epoch", c.dd_start_epoch, minimum=0),
     }
+    _check_data_dependent(values, method)
+    return values
+
+
+def _check_data_dependent(values: dict[str, Any], method) -> None:
+    """Data-dependent σ needs a method that trains at a per-sample σ, and at least one epoch
+    from ``dd_start_epoch`` on."""
+    if values["sigma_mode"] != "data_dependent":
+        return
+    if not method.supports_per_sample_sigma:
+        able = sorted(n for n, cls in METHODS.items() if cls.supports_per_sample_sigma)
+        raise SmoothcertError(
+            f"method {method.name!r} cannot train with a per-sample σ (sigma_mode "
+            f"data_dependent); use sigma_mode fixed, or one of: {', '.join(able)}"
+        )
+    if values["dd_start_epoch"] >= values["epochs"]:
+        raise SmoothcertError(
+            f"dd_start_epoch ({values['dd_start_epoch']}) must be below epochs "
+            f"({values['epochs']}), or no epoch trains with data-dependent σ"
+        )
 
 
 def _check_str(name: str, value) -> str:
@@ -230,6 +285,93 @@ SCHEDULES: dict[str, Callable[[Any, TrainConfig], LRScheduler]] = {
 """Learning-rate schedules by name, each stepped once per epoch."""
 
 
+# --------------------------------------------------------------------------- per-example σ
+class FixedSigma:
+    """``sigma_mode="fixed"``: every example is trained at the run's σ."""
+
+    def __init__(self, config: TrainConfig, num_examples: int, device: torch.device):
+        self.noise = Gaussian(config.sigma)
+
+    def noise_for(self, model, x, idx, generator, epoch: int) -> Gaussian:
+        """The noise to train the batch ``x`` (training-set indices ``idx``) with."""
+        return self.noise
+
+    def log_columns(self) -> dict[str, float]:
+        return {}
+
+    def state(self) -> torch.Tensor | None:
+        return None
+
+    def load_state(self, state) -> None:
+        return None
+
+
+class PerExampleSigma:
+    """``sigma_mode="data_dependent"``: Alfarra et al. 2022, Algorithm 2.
+
+    ``sigmas`` (N,) holds one σ per training example (float32, on the training device),
+    initialised to ``config.sigma``. From epoch ``dd_start_epoch`` on, each batch first runs
+    OptimizeSigma on its examples, starting from their stored σ (``dd_steps`` ascent steps of size
+    ``dd_step_size`` on the soft certified radius, ``dd_num_samples`` draws per step, from the
+    run's training generator), stores the result back, and is trained with
+    ``Gaussian(sigmas[idx])``: example i at its own σ_i. So every example's σ moves ``dd_steps``
+    steps per epoch and each epoch starts from the σ of the previous one ("we initialize σ at each
+    epoch with σ computed at the previous epoch", §3.6).
+
+    As in the authors' scripts (``train`` in ``ImageNet/train_rs.py``, ``CIFAR10/train_macer.py``)
+    σ is optimised per batch right before that batch's step, on the same (augmented) inputs the
+    step trains on, not in a separate pass before or after the epoch. One deviation:
+    :func:`~smoothcert.data_dependent.optimize_sigma` runs the model in eval mode (BatchNorm
+    with its running statistics, which the extra forward passes leave untouched), where the
+    authors' training scripts leave it in train mode. Indices repeated within one batch get one
+    of their optimised values. The test-accuracy column keeps using ``config.sigma`` (the authors'
+    default ``--iter_sig_ts 0`` leaves the test σ at its initial value during training).
+    """
+
+    def __init__(self, config: TrainConfig, num_examples: int, device: torch.device):
+        self.config = config
+        self.fixed = Gaussian(config.sigma)
+        self.sigmas = torch.full((num_examples,), config.sigma, device=device)
+
+    def noise_for(self, model, x, idx, generator, epoch: int) -> Gaussian:
+        c = self.config
+        if epoch < c.dd_start_epoch:
+            return self.fixed
+        from .data_dependent import optimize_sigma  # imported on use: fixed-σ runs never need it
+
+        sigma = optimize_sigma(
+            model, x, self.sigmas[idx], num_steps=c.dd_steps, step_size=c.dd_step_size,
+            num_samples=c.dd_num_samples, generator=generator,
+        ).to(self.sigmas)
+        self.sigmas[idx] = sigma
+        return Gaussian(sigma)
+
+    def log_columns(self) -> dict[str, float]:
+        """Mean, min and max σ over the training set (one host synchronisation per epoch)."""
+        s = self.sigmas
+        return {"sigma_mean": s.mean().item(), "sigma_min": s.min().item(),
+                "sigma_max": s.max().item()}
+
+    def state(self) -> torch.Tensor:
+        return self.sigmas.detach().cpu().clone()
+
+    def load_state(self, state) -> None:
+        ok = isinstance(state, torch.Tensor) and state.shape == self.sigmas.shape
+        if not ok:
+            raise SmoothcertError(
+                f"the checkpoint holds no per-example σ of shape {tuple(self.sigmas.shape)} "
+                f"(got {state!r:.80}); it was not written by this data-dependent run"
+            )
+        self.sigmas.copy_(state)
+
+
+SIGMA_MODES: dict[str, Callable[..., FixedSigma | PerExampleSigma]] = {
+    "fixed": FixedSigma,
+    "data_dependent": PerExampleSigma,
+}
+"""How the σ of each training example is chosen, by ``TrainConfig.sigma_mode``."""
+
+
 # --------------------------------------------------------------------------- trainer
 class Trainer:
     """Model, optimiser, schedule, method, noise and generators of one run, on one device.
@@ -248,7 +390,10 @@ class Trainer:
         if load_init and config.init_checkpoint is not None:
             _load_initial_weights(self.model, config)
         self.method = build_method(config.method, **config.method_params)
-        self.noise = Gaussian(config.sigma)
+        self.noise = Gaussian(config.sigma)  # the run's σ: test accuracy, epoch hooks
+        self.per_example_sigma = SIGMA_MODES[config.sigma_mode](
+            config, len(self.train_data), self.device
+        )
         self.optimizer = SGD(
             self.model.parameters(),
             lr=config.lr,
@@ -286,29 +431,33 @@ class Trainer:
         return self._row(lr, meter, cost)
 
     def time_steps(self, num_steps: int, warmup: int = 2) -> dict[str, float]:
-        """Cost of this run's method per optimizer step, for benchmarks: mean seconds over
-        ``num_steps`` timed steps after ``warmup`` untimed ones, peak memory (as in the log) and
-        steps per epoch. Runs the method's epoch hook first; the steps do change the model."""
+        """Cost of this run's method per optimizer step, for benchmarks: the median seconds of
+        ``num_steps`` individually timed steps after ``warmup`` untimed ones (the median resists
+        other load on the machine), peak memory (as in the log) and steps per epoch. Runs the
+        method's epoch hook first; the steps do change the model."""
         self.method.on_epoch_start(self.epoch, self._context())
         batches = self._batches()
         steps = [batches[i % len(batches)] for i in range(warmup + num_steps)]
         for idx in steps[:warmup]:
             self._step(idx)
-        _synchronize(self.device)
         _reset_peak_memory(self.device)
-        start = time.perf_counter()
-        for idx in steps[warmup:]:
-            self._step(idx)
-        _synchronize(self.device)
-        seconds = (time.perf_counter() - start) / num_steps
-        return {"seconds_per_step": seconds, "steps_per_epoch": len(batches),
+        seconds = [self._timed_step(idx) for idx in steps[warmup:]]
+        return {"seconds_per_step": statistics.median(seconds), "steps_per_epoch": len(batches),
                 "peak_mem_mb": _peak_memory_mb(self.device)}
+
+    def _timed_step(self, idx: torch.Tensor) -> float:
+        _synchronize(self.device)
+        start = time.perf_counter()
+        self._step(idx)
+        _synchronize(self.device)
+        return time.perf_counter() - start
 
     def _step(self, idx: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         x, y = self.train_data.batch(idx)
         x = augment(self.train_data.spec.augmentation, x, self.noise_gen)
+        noise = self.per_example_sigma.noise_for(self.model, x, idx, self.noise_gen, self.epoch)
         self.model.train()
-        out = self.method.loss(self.model, x, y, self.noise, self.noise_gen)
+        out = self.method.loss(self.model, x, y, noise, self.noise_gen)
         self.optimizer.zero_grad(set_to_none=True)
         out["loss"].backward()
         self.optimizer.step()
@@ -337,7 +486,8 @@ class Trainer:
                 "lower the learning rate (nothing was written for this epoch)"
             )
         head = {"epoch": self.epoch, "lr": lr, "loss": means.pop("loss")}
-        tail = {"test_acc": self.noisy_test_accuracy(), **cost}
+        sigmas = self.per_example_sigma.log_columns()  # none for a fixed σ
+        tail = {"test_acc": self.noisy_test_accuracy(), **cost, **sigmas}
         return {**head, "train_acc": meter.accuracy(), **tail, **means}
 
     def noisy_test_accuracy(self) -> float:
@@ -393,6 +543,7 @@ class Trainer:
             "shuffle_generator": self.shuffle_gen.get_state(),
             "noise_generator": self.noise_gen.get_state(),
             "method": self.method.state_dict(),
+            "per_example_sigma": self.per_example_sigma.state(),  # (N,) float32; None: fixed σ
         }
 
     def load(self, checkpoint) -> None:
@@ -406,6 +557,7 @@ class Trainer:
         self.shuffle_gen.set_state(state["shuffle_generator"])
         self.noise_gen.set_state(state["noise_generator"])
         self.method.load_state_dict(state["method"])
+        self.per_example_sigma.load_state(state.get("per_example_sigma"))
         self.epoch = int(state["epoch"])
 
 

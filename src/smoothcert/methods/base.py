@@ -84,6 +84,11 @@ class TrainingMethod(abc.ABC):
 
     name: str = ""
 
+    supports_per_sample_sigma: bool = False
+    """True if :meth:`loss` trains each example at its own σ when ``noise.sigma`` is a (B,)
+    tensor (data-dependent training, Alfarra et al. Alg. 2): the trainer refuses
+    ``sigma_mode="data_dependent"`` for a method that leaves this False."""
+
     @classmethod
     def hparam_names(cls) -> list[str]:
         """The keyword-only constructor arguments, in declaration order."""
@@ -144,3 +149,14 @@ class TrainingMethod(abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned when resuming."""
         return None
+
+
+def noise_for_copies(noise, m: int):
+    """The noise for ``x.repeat(m, 1, 1, 1)``: the same kind of noise with a per-sample σ (B,)
+    repeated copy-major to (m·B,), so row j·B + i of the copies gets σ_i; a scalar σ (or a tensor
+    with one entry, which broadcasts) is returned unchanged.
+    """
+    sigma = noise.sigma
+    if not isinstance(sigma, torch.Tensor) or sigma.numel() == 1 or m == 1:
+        return noise
+    return type(noise)(sigma.repeat(m))

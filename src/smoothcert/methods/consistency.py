@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import SmoothcertError, check_count, check_nonnegative
-from .base import TrainingMethod, register_method
+from .base import TrainingMethod, noise_for_copies, register_method
 
 VARIANTS = ("default", "mse", "kl", "xent")
 
@@ -98,7 +98,11 @@ class ConsistencyRegularization(TrainingMethod):
     Noise copies are laid out copy-major (``x.repeat(m, 1, 1, 1)``, one forward pass over all
     m·B inputs, as in the authors' code); ``"logits"`` are those of the first copy. Logged:
     ``"ce"``, ``"consistency"`` (the whole regularizer) and ``"entropy"`` (H(p̄), batch mean).
+    A per-sample σ (a (B,) tensor, data-dependent training) is repeated copy-major with the
+    inputs: all m draws of input i have standard deviation σ_i.
     """
+
+    supports_per_sample_sigma = True
 
     def __init__(
         self,
@@ -116,7 +120,7 @@ class ConsistencyRegularization(TrainingMethod):
     def loss(self, model, x, y, noise, generator):
         m, b = self.num_noise, x.shape[0]
         x_rep = x.repeat((m,) + (1,) * (x.dim() - 1))  # (m·B, C, H, W), copy-major
-        logits = model(x_rep + noise.sample(x_rep, generator))
+        logits = model(x_rep + noise_for_copies(noise, m).sample(x_rep, generator))
         ce = F.cross_entropy(logits, y.repeat(m))  # = (1/m) Σ_j CE_j, each a batch mean
         chunks = logits.split(b)  # m tensors (B, C), one per noise draw
         reg = consistency_loss(chunks, self.lbd, self.eta, self.variant)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from ..errors import check_count
-from .base import TrainingMethod, register_method
+from .base import TrainingMethod, noise_for_copies, register_method
 
 
 @register_method("gaussian")
@@ -20,7 +20,12 @@ class GaussianAugmentation(TrainingMethod):
     The noise copies are laid out copy-major, ``x.repeat(m, 1, 1, 1)``: the first copy of every
     input is drawn first, so the first B draws do not depend on m. ``"logits"`` are those of the
     first copy (for the trainer's noisy training accuracy).
+
+    A per-sample σ (a (B,) tensor, data-dependent training) is repeated the same way, so every
+    copy of input i is noised at σ_i.
     """
+
+    supports_per_sample_sigma = True
 
     def __init__(self, *, num_noise: int = 1):
         self.num_noise = check_count("num_noise", num_noise)  # m: noise copies per input
@@ -28,6 +33,6 @@ class GaussianAugmentation(TrainingMethod):
     def loss(self, model, x, y, noise, generator):
         m = self.num_noise
         x_rep = x.repeat((m,) + (1,) * (x.dim() - 1))  # (m·B, C, H, W), copy-major
-        logits = model(x_rep + noise.sample(x_rep, generator))
+        logits = model(x_rep + noise_for_copies(noise, m).sample(x_rep, generator))
         ce = F.cross_entropy(logits, y.repeat(m))  # mean over all B·m noisy inputs
         return {"loss": ce, "logits": logits[: x.shape[0]], "ce": ce.detach()}

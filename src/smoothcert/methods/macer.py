@@ -8,13 +8,13 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import SmoothcertError, check_count, check_positive_finite
-from .base import TrainingMethod, register_method
+from .base import TrainingMethod, noise_for_copies, register_method
 
 
 def macer_loss(
     logits: torch.Tensor,
     targets: torch.Tensor,
-    sigma: float,
+    sigma: float | torch.Tensor,
     lbd: float,
     gamma: float,
     beta: float,
@@ -22,21 +22,31 @@ def macer_loss(
     """The MACER objective (classification + λ · robustness) / B for logits of shape (B, k, C).
 
     ``logits[i, j]`` are the logits f(x_i + δ_j) of input i under its j-th of k noise draws;
-    ``targets`` (B,) are the labels; σ is the noise level in pixel units. See
-    :class:`MACER` for the two terms.
+    ``targets`` (B,) are the labels; σ is the noise level in pixel units: a float, or a (B,)
+    tensor with the σ_i of each input (data-dependent training). See :class:`MACER` for the two
+    terms.
     """
     classification, robustness = macer_terms(logits, targets, sigma, gamma, beta)
     return (classification + lbd * robustness) / logits.shape[0]
 
 
 def macer_terms(
-    logits: torch.Tensor, targets: torch.Tensor, sigma: float, gamma: float, beta: float
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    sigma: float | torch.Tensor,
+    gamma: float,
+    beta: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The classification and robustness sums over the batch (not yet divided by B)."""
     if logits.dim() != 3 or logits.shape[2] < 2 or targets.shape != logits.shape[:1]:
         raise SmoothcertError(
             f"MACER needs logits of shape (B, k, C) with C >= 2 and targets of shape (B,); "
             f"got {tuple(logits.shape)} and {tuple(targets.shape)}"
+        )
+    if isinstance(sigma, torch.Tensor) and sigma.shape != targets.shape:
+        raise SmoothcertError(
+            f"MACER needs one σ or one σ per input ({len(targets)}); got σ of shape "
+            f"{tuple(sigma.shape)}"
         )
     return _classification(logits, targets), _robustness(logits, targets, sigma, gamma, beta)
 
@@ -48,7 +58,8 @@ def _classification(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
 
 
 def _robustness(logits, targets, sigma, gamma, beta) -> torch.Tensor:
-    """σ/2 · Σ (γ − ξ_i) over inputs whose top class is the label and whose ξ_i ≤ γ is finite."""
+    """Σ σ_i/2 · (γ − ξ_i) over inputs whose top class is the label and whose ξ_i ≤ γ is finite
+    (σ_i = σ for a float σ)."""
     p_mean = F.softmax(beta * logits, dim=2).mean(dim=1)
     top2, top2_idx = p_mean.topk(2, dim=1)
     correct = top2_idx[:, 0] == targets
@@ -57,6 +68,8 @@ def _robustness(logits, targets, sigma, gamma, beta) -> torch.Tensor:
     keep = torch.isfinite(xi) & (xi <= gamma)
     # recompute on the kept entries only: masking an infinite ξ would still give NaN gradients
     xi = _probit(p_a[keep]) - _probit(p_b[keep])
+    if isinstance(sigma, torch.Tensor):  # per input: σ_i/2 weighs input i's hinge
+        return ((gamma - xi) * sigma.to(xi)[correct][keep]).sum() / 2
     return (gamma - xi).sum() * sigma / 2
 
 
@@ -84,7 +97,16 @@ class MACER(TrainingMethod):
     inputs whose ξ is infinite or NaN in floating point (ĝ_y rounds to 1 or the runner-up to 0)
     are dropped (their hinge is 0 anyway, but a masked infinity would make the gradient NaN);
     both sums are divided by the batch size B.
-    σ comes from the noise object (``noise.scalar_sigma()``; a per-sample σ is refused).
+    σ comes from the noise object. With a per-sample σ (a (B,) tensor: data-dependent training,
+    Alfarra et al. 2022, Alg. 2) input i is noised at σ_i and its hinge is weighed by σ_i/2, the
+    radius factor of its own smoothing distribution, i.e. σ/2 · (γ − ξ_i) becomes
+    σ_i/2 · (γ − ξ_i); with equal σ_i this is the loss above.
+
+    Alfarra et al.'s own MACER + DS script (``CIFAR10/train_macer.py`` of
+    MotasemAlfarra/Data_Dependent_Randomized_Smoothing) trains a different robustness term, which
+    we do not reproduce: the mean over correctly classified inputs of max(0, γ − σ_i/2 · ξ_i)
+    (the hinge on the radius instead of on ξ), with ξ from the un-tempered mean softmax (no β)
+    clamped to [0.02, 0.98]; with their γ = 8 the hinge is always active there.
 
     Defaults k = 16, λ = 12, γ = 8, β = 16: the argument defaults of MACER's ``main.py``
     (its CIFAR-10 recipe, σ = 0.25). Jeong & Shin's MNIST MACER baselines (supplement §B and
@@ -99,6 +121,8 @@ class MACER(TrainingMethod):
     ``"logits"`` are those of the first copy. Logged, per input as in MACER's printout:
     ``"ce"`` (the classification term) and ``"robustness"`` (σ/2 · Σ (γ − ξ) / B, before λ).
     """
+
+    supports_per_sample_sigma = True
 
     def __init__(
         self,
@@ -120,9 +144,9 @@ class MACER(TrainingMethod):
         self._active = epoch >= self.deferred_epochs  # stateless: right again after a resume
 
     def loss(self, model, x, y, noise, generator):
-        k, b, sigma = self.num_noise, x.shape[0], noise.scalar_sigma()
+        k, b, sigma = self.num_noise, x.shape[0], _sigma_per_input(noise)
         x_rep = x.repeat((k,) + (1,) * (x.dim() - 1))  # (k·B, C, H, W), copy-major
-        logits = model(x_rep + noise.sample(x_rep, generator))
+        logits = model(x_rep + noise_for_copies(noise, k).sample(x_rep, generator))
         logits = logits.view(k, b, -1).transpose(0, 1)  # (B, k, C)
         classification, robustness = macer_terms(logits, y, sigma, self.gamma, self.beta)
         lbd = self.lbd if self._active else 0.0
@@ -132,3 +156,11 @@ class MACER(TrainingMethod):
             "ce": classification.detach() / b,
             "robustness": robustness.detach() / b,
         }
+
+
+def _sigma_per_input(noise) -> float | torch.Tensor:
+    """The noise's σ as a float, or as a (B,) tensor when it is per sample."""
+    sigma = noise.sigma
+    if isinstance(sigma, torch.Tensor) and sigma.numel() > 1:
+        return sigma
+    return float(sigma)

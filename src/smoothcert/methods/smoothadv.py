@@ -64,7 +64,13 @@ class SmoothAdv(TrainingMethod):
     Noise copies are copy-major (copy j of the batch is rows j·B …); ``"logits"`` are those of
     the first copy f(x' + δ_1). Logged: ``"ce"``, ``"epsilon"`` (the current ε),
     ``"adv_distance"`` (batch mean of ‖x' − x‖₂) and, when λ > 0, ``"consistency"``.
+
+    A per-sample σ (a (B,) tensor, data-dependent training) needs nothing more: each of the m
+    draws is one ``noise.sample(x)`` of the batch (:func:`~smoothcert.attacks.draw_noises`), so
+    δ_j of input i has standard deviation σ_i in the attack and in the loss alike.
     """
+
+    supports_per_sample_sigma = True
 
     def __init__(
         self,
