@@ -33,27 +33,38 @@ def consistency_loss(
     over the batch ("batchmean"), and H(p̄) = −Σ_c p̄_c log max(p̄_c, 1e-20).
     Raises :class:`SmoothcertError` for m < 2 or an unknown variant.
     """
-    m = len(logits)
-    if m < 2:
-        raise SmoothcertError(f"consistency needs m >= 2 noise draws per input, got {m}")
-    _check_variant(variant)
-    probs = [F.softmax(z, dim=1) for z in logits]
+    if len(logits) < 2:
+        raise SmoothcertError(f"consistency needs m >= 2 noise draws per input, got {len(logits)}")
+    return _regularizer(torch.stack(list(logits)), lbd, eta, _check_variant(variant))[0]
+
+
+def _regularizer(logits: torch.Tensor, lbd: float, eta: float, variant: str):
+    """(batch-mean regularizer, batch-mean H(p̄) detached) from stacked logits (m, B, C)."""
+    log_p = F.log_softmax(logits, dim=2)  # one kernel per operation for all m draws
     if variant == "mse":
-        return lbd * (probs[1] - probs[0]).pow(2).sum(dim=1).mean()
-    p_bar = sum(probs) / m  # not detached: the authors' code backpropagates through the mean
-    kl = sum(_kl_from_mean(p_bar, z) for z in logits) / m
+        reg = lbd * (log_p[1].exp() - log_p[0].exp()).pow(2).sum(dim=1).mean()
+        return reg, entropy(log_p.exp().mean(dim=0)).mean().detach()
+    kl, h = _kl_and_entropy(log_p)
     eta = {"default": eta, "kl": 0.0, "xent": lbd}[variant]
-    return (lbd * kl + eta * entropy(p_bar)).mean()
+    return (lbd * kl + eta * h).mean(), h.mean().detach()
+
+
+def _kl_and_entropy(log_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per input, (1/m) Σ_j KL(p̄ ‖ p_j) and H(p̄) from the log-probabilities (m, B, C).
+
+    p̄ is not detached: the authors' code backpropagates through the mean. With
+    H(p̄) = −Σ p̄ log p̄, the mean KL is (1/m) Σ_j Σ_c p̄_c (log p̄_c − log p_j,c) = −H(p̄) −
+    Σ_c p̄_c · mean_j log p_j,c, so both come from one pass over the m draws.
+    """
+    p_bar = log_p.exp().mean(dim=0)  # (B, C)
+    h = entropy(p_bar)
+    cross = -(p_bar * log_p.mean(dim=0)).sum(dim=1)  # (1/m) Σ_j CE(p̄, p_j)
+    return cross - h, h
 
 
 def entropy(p: torch.Tensor) -> torch.Tensor:
     """H(p) = −Σ_c p_c log p_c per row of probabilities p (B, C); the clamp keeps 0·log 0 = 0."""
     return -(p * p.clamp(min=1e-20).log()).sum(dim=1)
-
-
-def _kl_from_mean(p_bar: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """KL(p̄ ‖ softmax(logits)) per row, from log-probabilities (stable for tiny p_j)."""
-    return F.kl_div(F.log_softmax(logits, dim=1), p_bar, reduction="none").sum(dim=1)
 
 
 def _check_variant(variant: str) -> str:
@@ -122,13 +133,11 @@ class ConsistencyRegularization(TrainingMethod):
         x_rep = x.repeat((m,) + (1,) * (x.dim() - 1))  # (m·B, C, H, W), copy-major
         logits = model(x_rep + noise_for_copies(noise, m).sample(x_rep, generator))
         ce = F.cross_entropy(logits, y.repeat(m))  # = (1/m) Σ_j CE_j, each a batch mean
-        chunks = logits.split(b)  # m tensors (B, C), one per noise draw
-        reg = consistency_loss(chunks, self.lbd, self.eta, self.variant)
-        with torch.no_grad():
-            h = entropy(sum(F.softmax(z, dim=1) for z in chunks) / m).mean()
+        draws = logits.view(m, b, -1)  # (m, B, C), one row of draws per noise copy
+        reg, h = _regularizer(draws, self.lbd, self.eta, self.variant)
         return {
             "loss": ce + reg,
-            "logits": chunks[0],
+            "logits": draws[0],
             "ce": ce.detach(),
             "consistency": reg.detach(),
             "entropy": h,
