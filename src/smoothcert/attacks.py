@@ -15,7 +15,9 @@ A :class:`SoftSmoothedAttack` has one final public entry point, ``attack(model, 
 epsilon=..., generator=...)``, which validates, runs the model in eval mode (restoring its mode)
 and returns an :class:`AttackResult`; a subclass implements the one hook :meth:`_perturbation`.
 The objective is the reusable :class:`SoftSmoothedObjective` built on :func:`noisy_logits` and
-:func:`soft_smoothed_log_prob`.
+:func:`soft_smoothed_log_prob`; :meth:`SoftSmoothedAttack.attack_objective` runs the same attack
+on any other objective, e.g. :class:`FreshNoiseObjective`, which redraws its m noises at every
+evaluation.
 """
 
 from __future__ import annotations
@@ -103,6 +105,25 @@ class SoftSmoothedObjective:
         return ObjectiveValue(loss, majority_vote(logits.detach()) != self.y)
 
 
+class FreshNoiseObjective(SoftSmoothedObjective):
+    """The soft smoothed loss with ``num`` NEW noise draws δ_j ~ ``noise`` at every evaluation.
+
+    Each call draws (num, B, ...) noises from ``generator`` for the batch it is given, so every
+    gradient step of an attack sees fresh noise (an expectation-over-transformation attack) and
+    the majority vote that DDN tracks is over those draws. Salman et al.'s and Campbell et al.'s
+    evaluation attacks keep the draws fixed instead (:class:`SoftSmoothedObjective`).
+    """
+
+    def __init__(self, model: nn.Module, y: torch.Tensor, noise, num: int,
+                 generator: torch.Generator | None = None):
+        super().__init__(model, y, torch.empty(0))
+        self.noise, self.num, self.generator = noise, check_count("num", num), generator
+
+    def __call__(self, x_adv: torch.Tensor) -> ObjectiveValue:
+        self.noises = draw_noises(self.noise, x_adv.detach(), self.num, self.generator)
+        return super().__call__(x_adv)
+
+
 # --------------------------------------------------------------------------- base class
 @dataclass(frozen=True)
 class AttackResult:
@@ -152,11 +173,32 @@ class SoftSmoothedAttack(abc.ABC):
         eps = _check_attack_inputs(x, y, noises, epsilon)
         x, noises = x.detach(), noises.detach()
         objective = SoftSmoothedObjective(model, y, noises)
-        with eval_mode(model), torch.enable_grad():
-            delta = self._perturbation(objective, x, eps, generator)
-        adversarial = (x + delta).detach()
+        adversarial = self._run(model, objective, x, eps, generator)
         distance = _l2(adversarial - x)
         return AttackResult(adversarial=adversarial, noises=noises, distance=distance)
+
+    @final
+    def attack_objective(
+        self,
+        model: nn.Module,
+        objective,
+        x: torch.Tensor,
+        *,
+        epsilon: float | torch.Tensor,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """:meth:`attack` on any ``objective`` (a callable x' (B, ...) ↦ :class:`ObjectiveValue`
+        that evaluates ``model``, e.g. :class:`FreshNoiseObjective`): the adversarial inputs
+        (B, ...), detached, in [0, 1] with ‖x' − x‖₂ ≤ ε per input. Validation, eval mode and
+        ``generator`` as in :meth:`attack`.
+        """
+        _check_batch(x)
+        return self._run(model, objective, x.detach(), _check_epsilon(epsilon, x), generator)
+
+    def _run(self, model, objective, x, eps, generator) -> torch.Tensor:
+        with eval_mode(model), torch.enable_grad():
+            delta = self._perturbation(objective, x, eps, generator)
+        return (x + delta).detach()
 
     @abc.abstractmethod
     def _perturbation(
@@ -346,14 +388,18 @@ def _check_positive(name: str, value: float) -> float:
     return float(value)
 
 
-def _check_attack_inputs(x, y, noises, epsilon) -> torch.Tensor:
-    """Validate the batch; return ε as a (B,) tensor on x's device and dtype."""
+def _check_batch(x) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[0] == 0:
         raise SmoothcertError("x must be a non-empty batch tensor of shape (B, ...)")
     if not x.is_floating_point():
         raise SmoothcertError(f"x must be a floating-point tensor, got {x.dtype}")
     if bool(((x < 0) | (x > 1)).any()):  # one host sync per attack
         raise SmoothcertError("attack inputs must lie in [0, 1] (pixel space, before normalising)")
+
+
+def _check_attack_inputs(x, y, noises, epsilon) -> torch.Tensor:
+    """Validate the batch; return ε as a (B,) tensor on x's device and dtype."""
+    _check_batch(x)
     b = x.shape[0]
     if y.shape != (b,) or y.dtype.is_floating_point:
         raise SmoothcertError(f"y must be integer labels of shape ({b},), got {tuple(y.shape)}")

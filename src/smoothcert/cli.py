@@ -34,7 +34,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = _Parser(prog="smoothcert", description="Randomized smoothing: train, certify, report.")
+    parser = _Parser(prog="smoothcert",
+                     description="Randomized smoothing: train, certify, attack, report.")
     parser.add_argument("--version", action="version", version=f"smoothcert {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -198,21 +199,34 @@ def _parse_params(items, flag: str = "--param") -> dict:
 
 
 # --------------------------------------------------------------------------- certify / predict
+NOT_CERTIFIERS = ("attack",)  # runner tasks with a command of their own
+
+
 def _run_args(p, *, with_n0: bool):
     p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
     if with_n0:
         from .certify import TASKS
 
-        p.add_argument("--certifier", default="certify", choices=sorted(TASKS),
+        p.add_argument("--certifier", default="certify",
+                       choices=sorted(set(TASKS) - set(NOT_CERTIFIERS)),
                        help="the certification algorithm (default: Cohen et al.'s CERTIFY)")
     p.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of the certifier (repeatable)")
     p.add_argument("--sigma", type=float, help="noise level (default: the checkpoint's)")
     if with_n0:
         p.add_argument("--n0", type=int, default=100, help="selection draws (default 100)")
-    p.add_argument("--n", type=int, default=100_000, help="draws (default 100000)")
+    _monte_carlo_args(p)
+    _dataset_run_args(p)
+
+
+def _monte_carlo_args(p, n_help: str = "draws (default 100000)") -> None:
+    p.add_argument("--n", type=int, default=100_000, help=n_help)
     p.add_argument("--alpha", type=float, default=0.001, help="failure probability")
     p.add_argument("--batch", type=int, default=1000, help="noisy inputs per forward pass")
+
+
+def _dataset_run_args(p) -> None:
+    """Which examples, the seed, the record file and the shard: every runner command's flags."""
     p.add_argument("--dataset", help="dataset (default: the checkpoint's)")
     p.add_argument("--split", default="test", choices=("train", "test"))
     p.add_argument("--skip", type=int, default=1, help="take every skip-th example")
@@ -224,7 +238,7 @@ def _run_args(p, *, with_n0: bool):
     _add_common(p)
 
 
-def _run_task(task: str, args) -> None:
+def _run_task(task: str, args, options: dict | None = None) -> None:
     from .certify import RunConfig, run_dataset
     from .certify.runner import file_sha256
     from .models.checkpoint import load_checkpoint
@@ -234,7 +248,7 @@ def _run_task(task: str, args) -> None:
     sigma = args.sigma if args.sigma is not None else float(meta["noise"]["sigma"])
     cfg = RunConfig(
         task=getattr(args, "certifier", task),
-        options=_parse_params(args.opt, "--opt"),
+        options=options if options is not None else _parse_params(args.opt, "--opt"),
         checkpoint_sha256=file_sha256(args.checkpoint),
         dataset=args.dataset or meta["dataset"],
         split=args.split,
@@ -278,15 +292,150 @@ def cmd_predict(args):
     _run_task("predict", args)
 
 
+# --------------------------------------------------------------------------- attack
+def _attack_args(p):
+    from .attacks import ATTACKS
+    from .certify.attack import AttackSettings
+
+    d = AttackSettings()
+    p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
+    p.add_argument("--attack", default=d.attack, choices=sorted(ATTACKS),
+                   help="PGD-L2 or DDN on the soft smoothed classifier (default: pgd)")
+    budget = p.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--epsilon", type=float, help="L2 budget of the attack (pixel units)")
+    budget.add_argument("--min-distance", action="store_true",
+                        help="raise ε by --epsilon-step up to --max-epsilon until PREDICT flips")
+    p.add_argument("--max-epsilon", type=float, default=d.max_epsilon,
+                   help=f"cap of --min-distance (default {d.max_epsilon})")
+    p.add_argument("--epsilon-step", type=float, default=d.epsilon_step,
+                   help=f"ε grid step of --min-distance (default {d.epsilon_step})")
+    p.add_argument("--steps", type=int, default=d.steps,
+                   help=f"gradient steps per attack (default {d.steps})")
+    p.add_argument("--noise-draws", type=int, default=d.noise_draws,
+                   help=f"noises m in the soft objective (default {d.noise_draws})")
+    p.add_argument("--fresh-noise", action="store_true",
+                   help="redraw the m noises at every step (default: drawn once per input, "
+                        "as Salman et al. and Campbell et al.)")
+    p.add_argument("--ddn-gamma", type=float, default=d.ddn_gamma,
+                   help=f"DDN's norm change per step (default {d.ddn_gamma})")
+    p.add_argument("--ddn-init-norm", type=float, default=d.ddn_init_norm,
+                   help=f"DDN's first norm (default {d.ddn_init_norm})")
+    p.add_argument("--sigma", type=float, help="noise level (default: the checkpoint's)")
+    _monte_carlo_args(p, "PREDICT's draws at the clean and attacked inputs (default 100000)")
+    _dataset_run_args(p)
+
+
+@command(
+    "attack",
+    "attack the smoothed classifier (PGD/DDN), judge with PREDICT: records with distances",
+    _attack_args,
+)
+def cmd_attack(args):
+    import dataclasses
+
+    from .certify.attack import AttackSettings
+
+    settings = AttackSettings(
+        attack=args.attack,
+        epsilon=args.epsilon if args.epsilon is not None else AttackSettings.epsilon,
+        min_distance=args.min_distance,
+        max_epsilon=args.max_epsilon,
+        epsilon_step=args.epsilon_step,
+        steps=args.steps,
+        noise_draws=args.noise_draws,
+        fresh_noise=args.fresh_noise,
+        ddn_gamma=args.ddn_gamma,
+        ddn_init_norm=args.ddn_init_norm,
+    )  # validated here, before any file is written
+    _run_task("attack", args, options=dataclasses.asdict(settings))
+
+
+# --------------------------------------------------------------------------- analyze
+ANALYSES: dict[str, tuple[str, Callable, Callable]] = {}
+
+
+def _analyze_args(p):
+    sub = p.add_subparsers(dest="analysis", metavar="ANALYSIS", parser_class=_Parser)
+    sub.required = True
+    for name, (help_text, add_arguments, _) in ANALYSES.items():
+        add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+
+
+def _grad_norms_args(p):
+    from .report import FORMATS
+
+    p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
+    p.add_argument("--method", help="training method whose loss is measured (default: the "
+                                    "checkpoint's, with its hyperparameters)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="method hyperparameter (repeatable)")
+    p.add_argument("--sigma", type=float, help="noise level (default: the checkpoint's)")
+    p.add_argument("--n", type=int, default=100,
+                   help="noisy draws per example for p̂_A (default 100, Sun et al.'s)")
+    p.add_argument("--batch", type=int, default=1000, help="noisy inputs per forward pass")
+    p.add_argument("--dataset", help="dataset (default: the checkpoint's)")
+    p.add_argument("--split", default="train", choices=("train", "test"),
+                   help="examples to measure (default: train, the data the loss weighs)")
+    p.add_argument("--skip", type=int, default=1, help="take every skip-th example")
+    p.add_argument("--max", type=int, dest="max_count", help="at most this many examples")
+    p.add_argument("--seed", type=int, default=0, help="example idx draws from (seed, idx)")
+    p.add_argument("--format", default="md", choices=sorted(FORMATS), help="table format")
+    _add_common(p)
+
+
+ANALYSES["grad-norms"] = (
+    "mean ‖∇θ loss‖ of easy (p̂_A > ½) vs hard (p̂_A < ½) examples (Sun et al. 2024, Table 1)",
+    _grad_norms_args,
+    lambda args: _grad_norms(args),
+)
+
+
+@command("analyze", "analyses of a checkpoint: grad-norms", _analyze_args)
+def cmd_analyze(args):
+    ANALYSES[args.analysis][2](args)
+
+
+def _grad_norms(args) -> None:
+    from .analysis import checkpoint_grad_norms, easy_hard, easy_hard_table
+    from .report import get_format
+
+    formatter = get_format(args.format)
+    result = checkpoint_grad_norms(
+        args.checkpoint,
+        args.method,
+        _parse_params(args.param),
+        sigma=args.sigma,
+        n=args.n,
+        batch_size=args.batch,
+        dataset=args.dataset,
+        split=args.split,
+        skip=args.skip,
+        max_count=args.max_count,
+        seed=args.seed,
+        device=resolve_device(args.device),
+        data_root=args.data_root,
+        progress=not args.no_progress,
+    )
+    print(formatter(easy_hard_table(easy_hard(result))), end="")
+
+
 # --------------------------------------------------------------------------- report / merge
 def _report_args(p):
     from .report import FORMATS
 
     p.add_argument("files", nargs="+",
-                   help="record files (smoothcert's or Cohen et al.'s); run folders with --train")
-    p.add_argument("--radii", default="0:1:0.25", help="start:stop:step or a comma list")
+                   help="record files (smoothcert's or Cohen et al.'s; CERTIFY, PREDICT or "
+                        "attack records); run folders with --train")
+    p.add_argument("--radii", default="0:1:0.25",
+                   help="start:stop:step or a comma list (attack files: distances)")
     p.add_argument("--format", default="md", choices=sorted(FORMATS), help="table format")
-    p.add_argument("--plot", help="write certified accuracy vs radius to this image file")
+    p.add_argument("--plot", help="write certified accuracy vs radius (attack files: the "
+                                  "attack curves) to this image file")
+    p.add_argument("--envelope", action="store_true",
+                   help="add the σ-envelope of the files (best certified accuracy per radius) "
+                        "to the table and the plot")
+    p.add_argument("--ecdf", metavar="IMAGE",
+                   help="write the empirical CDF of p̂_A per file (Sun et al. 2024, Fig. 3)")
     p.add_argument("--train", action="store_true",
                    help="compare training runs: method, #HP, s/epoch, peak memory, ACR")
 
@@ -301,7 +450,8 @@ def cmd_report(args):
     if args.train:
         print(train_report(args.files, fmt=args.format), end="")
         return
-    print(report(args.files, parse_radii(args.radii), fmt=args.format, plot=args.plot), end="")
+    print(report(args.files, parse_radii(args.radii), fmt=args.format, plot=args.plot,
+                 envelope=args.envelope, ecdf=args.ecdf), end="")
 
 
 def _merge_args(p):

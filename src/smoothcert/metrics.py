@@ -181,3 +181,157 @@ def _check_radii(radii: tuple[float, ...], text: str) -> None:
         raise SmoothcertError(f"radii {text!r}: a radius cannot be negative, got {negative[0]!r}")
     if len(set(radii)) != len(radii):
         raise SmoothcertError(f"radii {text!r}: each radius may appear only once")
+
+
+# --------------------------------------------------------------------------- σ-envelope
+def _check_certify(records: Records, what: str) -> None:
+    if "radius" not in records:
+        raise SmoothcertError(f"{what} needs CERTIFY record files; {records.path} has no radius "
+                              "column")
+
+
+def certified_accuracy_envelope(records_list: Sequence[Records], radii) -> np.ndarray:
+    """The σ-envelope: at each radius, the best certified accuracy over the files (Cohen et al.
+    and Salman et al. draw it over models trained and certified at several σ).
+
+    Returns float64 of shape ``(len(radii),)``: ``max_i certified_accuracy(records_i, r)``.
+    """
+    if not records_list:
+        raise SmoothcertError("the envelope needs at least one record file")
+    for r in records_list:
+        _check_certify(r, "the envelope")
+    return np.max([certified_accuracy(r, radii) for r in records_list], axis=0)
+
+
+def envelope_curve(records_list: Sequence[Records]) -> tuple[np.ndarray, np.ndarray]:
+    """The envelope as an exact step function, like :func:`certified_accuracy_curve`.
+
+    Between two consecutive breakpoints of the union of the files' breakpoints every file's
+    curve is constant, so the maximum evaluated at those breakpoints is exact.
+    """
+    for r in records_list:
+        _check_certify(r, "the envelope")
+    breaks = np.unique(np.concatenate([certified_accuracy_curve(r)[0] for r in records_list]))
+    return breaks, certified_accuracy_envelope(records_list, breaks)
+
+
+# --------------------------------------------------------------------------- p_A distribution
+def pa_hat(records: Records) -> np.ndarray:
+    """p̂_A per example (float64 in [0, 1]) from CERTIFY records, as in Sun et al. 2024, Fig. 3.
+
+    Sun, Mao, Müller & Vechev plot the distribution of p_A *of the true label*, the probability
+    that a noisy copy is classified as y (their ``p_correct``): ``P(p_A ≥ ½)`` is then the clean
+    accuracy and hard inputs sit near 0. A CERTIFY record keeps ``nA``, the count of the class
+    ĉ_A it selected, among ``n`` draws, so:
+
+    - prediction = label: ĉ_A = y and p̂_A = nA/n exactly;
+    - a wrong class (not abstained): ĉ_A ≠ y, so y's frequency is at most 1 − nA/n (< ½ since
+      the certificate holds); we use that bound (exact with two classes);
+    - an abstention: ĉ_A is not recorded; we use nA/n, exact when ĉ_A = y.
+    """
+    _check_rows(records)
+    for column in ("nA", "n"):
+        if column not in records:
+            raise SmoothcertError(f"p̂_A needs smoothcert CERTIFY records with nA and n; "
+                                  f"{records.path} has no column {column!r}")
+    p = np.asarray(records["nA"], dtype=np.float64) / np.asarray(records["n"], dtype=np.float64)
+    predict = np.asarray(records["predict"])
+    wrong = (predict != ABSTAIN) & (predict != np.asarray(records["label"]))
+    return np.where(wrong, 1.0 - p, p)
+
+
+def ecdf(values, at) -> np.ndarray:
+    """The empirical CDF of ``values`` at each point of ``at``: the fraction of values ≤ t."""
+    values = np.sort(np.asarray(values, dtype=np.float64).reshape(-1))
+    if values.size == 0:
+        raise SmoothcertError("the empirical CDF of no values is undefined")
+    at = np.asarray(at, dtype=np.float64)
+    return np.searchsorted(values, at, side="right") / values.size
+
+
+def pa_ecdf(records: Records) -> tuple[np.ndarray, np.ndarray]:
+    """The ECDF of :func:`pa_hat` as breakpoints: the distinct values t and F(t) = P(p̂_A ≤ t)."""
+    p = pa_hat(records)
+    points = np.unique(p)
+    return points, ecdf(p, points)
+
+
+# --------------------------------------------------------------------------- attack records
+def is_attack_records(records: Records) -> bool:
+    """Whether a record file holds attack outcomes (``success`` and ``distance`` columns)."""
+    return "success" in records and "distance" in records
+
+
+def attacked_mask(records: Records) -> np.ndarray:
+    """The examples that were attacked: the smoothed prediction on the clean input is the label.
+
+    The others (clean error or abstention) count as already broken at distance 0 and are left
+    out of the attack statistics, as in Campbell et al.'s attack curves (``data[data > 0]``).
+    """
+    _check_rows(records)
+    return np.asarray(records["predict_clean"]) == np.asarray(records["label"])
+
+
+def attack_distances(records: Records) -> np.ndarray:
+    """float64, one per attacked example: the distance at which PREDICT flipped, +inf where the
+    attack failed (its minimal distance lies beyond what was tried)."""
+    attacked = attacked_mask(records)
+    success = np.asarray(records["success"])[attacked] == 1
+    return np.where(success, np.asarray(records["distance"], dtype=np.float64)[attacked], np.inf)
+
+
+def attack_success(records: Records, distances: Sequence[float]) -> np.ndarray:
+    """The attack curve at ``distances``: the fraction of attacked examples flipped within
+    distance d (``≤ d``, inclusive like radii), shape ``(len(distances),)``; NaN if none."""
+    d = attack_distances(records)
+    at = np.asarray(distances, dtype=np.float64).reshape(-1)
+    if d.size == 0:
+        return np.full(at.shape, np.nan)
+    return (d[:, None] <= at[None, :]).mean(axis=0, dtype=np.float64)
+
+
+def attack_curve(records: Records) -> tuple[np.ndarray, np.ndarray]:
+    """The attack curve as breakpoints: 0 and the sorted distinct finite distances, with the
+    fraction of attacked examples flipped within each (a right-continuous step function)."""
+    d = attack_distances(records)
+    breaks = np.unique(np.concatenate([[0.0], d[np.isfinite(d)]]))
+    return breaks, attack_success(records, breaks)
+
+
+@dataclass(frozen=True)
+class AttackSummary:
+    """The headline numbers of one attack record file (Campbell et al., Tables 3 and 5).
+
+    ``success_rate``, the distances and ``attacked_at`` are over the attacked examples (clean
+    prediction = label). ``median_distance`` counts failed attacks as +inf (so it is exact
+    whenever more than half succeed, and +inf otherwise); ``mean_distance`` is over the
+    successful ones. Each is None when no example was attacked (or, for the mean, flipped).
+    """
+
+    name: str
+    attack: str | None
+    count: int
+    clean_accuracy: float
+    success_rate: float | None
+    median_distance: float | None
+    mean_distance: float | None
+    distances: tuple
+    attacked_at: tuple
+
+
+def summarize_attack(records: Records, distances: Sequence[float]) -> AttackSummary:
+    d = attack_distances(records)
+    finite = d[np.isfinite(d)]
+    options = ((records.manifest or {}).get("identity") or {}).get("options") or {}
+    return AttackSummary(
+        name=records.name,
+        attack=options.get("attack"),
+        count=len(records),
+        clean_accuracy=float(np.mean(attacked_mask(records))),
+        success_rate=float(np.mean(np.isfinite(d))) if d.size else None,
+        median_distance=float(np.median(d)) if d.size else None,
+        mean_distance=float(np.mean(finite)) if finite.size else None,
+        distances=tuple(float(r) for r in distances),
+        attacked_at=tuple(None if np.isnan(v) else float(v)
+                          for v in attack_success(records, distances)),
+    )

@@ -15,21 +15,24 @@ from pathlib import Path
 import numpy as np
 
 from .errors import SmoothcertError, check_positive_finite
-from .metrics import certified_accuracy_curve
+from .metrics import attack_curve, certified_accuracy_curve, envelope_curve, pa_ecdf
 from .records import Records
 
 MARGIN = 1.05  # the x axis runs 5% past the largest radius, so every curve visibly drops to 0
 
 
 def plot_certified_accuracy(
-    records_list: Sequence[Records], path, max_radius: float | None = None
+    records_list: Sequence[Records], path, max_radius: float | None = None,
+    envelope: bool = False,
 ) -> Path:
     """Plot certified accuracy against L2 radius, one exact step curve per file; save to ``path``.
 
     Files without a radius column (PREDICT files) are skipped; if none has one, SmoothcertError.
-    The x axis spans ``[0, max_radius]`` (default: 5% past the largest certified radius). The
-    format follows the suffix of ``path`` (PNG if none); the file is written through a temporary
-    file in the same directory and a rename, so it is never half-written. Returns the path.
+    With ``envelope`` the σ-envelope of the files (the best of them at each radius) is drawn on
+    top as a dashed black curve. The x axis spans ``[0, max_radius]`` (default: 5% past the
+    largest certified radius). The format follows the suffix of ``path`` (PNG if none); the file
+    is written through a temporary file in the same directory and a rename, so it is never
+    half-written. Returns the path.
     """
     curves = {r.name: certified_accuracy_curve(r) for r in records_list if "radius" in r}
     if not curves:
@@ -37,27 +40,71 @@ def plot_certified_accuracy(
     if max_radius is None:
         max_radius = MARGIN * max(float(r[-1]) for r, _ in curves.values()) or 1.0
     check_positive_finite("max_radius", max_radius)
-    fig = _figure(curves, float(max_radius))
+    fig, ax = _figure("L2 radius", "certified accuracy")
+    for name, (radii, acc) in curves.items():
+        x, y = _clip_steps(radii, acc, max_radius)
+        ax.step(x, y, where="pre", label=name)  # value y[i] on (x[i-1], x[i]]
+    if envelope:
+        x, y = _clip_steps(*envelope_curve(records_list), max_radius)
+        ax.step(x, y, where="pre", label="envelope", color="black", linestyle="--",
+                linewidth=1.6)
+    _finish(ax, max_radius, "upper right")
     return _save_atomic(fig, Path(path))
 
 
-def _figure(curves: dict, max_radius: float):
+def plot_pa_ecdf(records_list: Sequence[Records], path) -> Path:
+    """Plot the empirical CDF of p̂_A, one step curve per CERTIFY file (Sun, Mao, Müller &
+    Vechev 2024, Fig. 3); save to ``path`` (atomically, as :func:`plot_certified_accuracy`).
+
+    x: p̂_A, the frequency of the true label among the noisy draws
+    (:func:`smoothcert.metrics.pa_hat` says how it is read from records); y: the fraction of
+    examples with p̂_A ≤ x. The dotted line at ½ separates hard from easy examples; the height
+    of a curve just below ½ is the fraction of hard ones.
+    """
+    fig, ax = _figure("p̂_A (frequency of the true label under noise)",
+                      "fraction of examples with p̂_A ≤ x")
+    for r in records_list:
+        points, cdf = pa_ecdf(r)
+        # right-continuous: 0 before the first value, F(t) from each value t on, 1 at p̂_A = 1
+        ax.step(np.concatenate([[0.0], points, [1.0]]), np.concatenate([[0.0], cdf, [1.0]]),
+                where="post", label=r.name)
+    ax.axvline(0.5, color="grey", linestyle=":", linewidth=1)
+    _finish(ax, 1.0, "upper left")
+    return _save_atomic(fig, Path(path))
+
+
+def plot_attack_curve(records_list: Sequence[Records], path) -> Path:
+    """Plot the attack curves of attack record files: the fraction of attacked examples whose
+    smoothed prediction was flipped within each L2 distance (Campbell et al., Figs. 2 and 5);
+    save to ``path`` (atomically). A curve ends at its success rate."""
+    curves = {r.name: attack_curve(r) for r in records_list}
+    end = MARGIN * max(float(d[-1]) for d, _ in curves.values()) or 1.0
+    fig, ax = _figure("L2 distance", "fraction of attacked examples flipped")
+    for name, (distances, flipped) in curves.items():
+        # right-continuous: the value at d[i] holds on [d[i], d[i+1])
+        ax.step(np.append(distances, end), np.append(flipped, flipped[-1]), where="post",
+                label=name)
+    _finish(ax, end, "lower right")
+    return _save_atomic(fig, Path(path))
+
+
+def _figure(xlabel: str, ylabel: str):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(5, 3.5), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    for name, (radii, acc) in curves.items():
-        x, y = _clip_steps(radii, acc, max_radius)
-        ax.step(x, y, where="pre", label=name)  # value y[i] on (x[i-1], x[i]]
-    ax.set_xlim(0.0, max_radius)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    return fig, ax
+
+
+def _finish(ax, x_max: float, legend: str) -> None:
+    ax.set_xlim(0.0, x_max)
     ax.set_ylim(0.0, 1.02)
-    ax.set_xlabel("L2 radius")
-    ax.set_ylabel("certified accuracy")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper right", fontsize="small")
-    return fig
+    ax.legend(loc=legend, fontsize="small")
 
 
 def _clip_steps(radii: np.ndarray, acc: np.ndarray, max_radius: float):

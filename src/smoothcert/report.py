@@ -4,7 +4,15 @@ Columns: name, n, clean accuracy, abstention rate, ACR, then certified accuracy 
 (``r=0.25``, ...). ``md`` and ``latex`` show accuracies in percent with one decimal and ACR with
 three; ``csv`` and ``json`` keep full float precision as fractions in [0, 1]. PREDICT files (no
 radius column) show their accuracy and abstention rate and leave the radius columns empty
-(``–`` in md, ``--`` in LaTeX, empty in csv, null in json).
+(``–`` in md, ``--`` in LaTeX, empty in csv, null in json). ``envelope=True`` adds a row
+``envelope``: the best certified accuracy over the files at each radius (the σ-envelope).
+
+Attack record files (``smoothcert attack``; recognised by their ``success`` and ``distance``
+columns, so hand-written and merged files work too) get their own table: name, attack, n, clean
+accuracy, attacked (the fraction of the clean-correct examples whose smoothed prediction was
+flipped), median and mean distance (:class:`~smoothcert.metrics.AttackSummary` says how failed
+attacks count), then the attack curve at each distance (``d<=0.25``: fraction flipped within
+0.25). Attack files and certification files cannot share one table.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import csv
 import dataclasses
 import io
 import json
+import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -20,7 +29,16 @@ from pathlib import Path
 import numpy as np
 
 from .errors import SmoothcertError
-from .metrics import Summary, average_certified_radius, parse_radii, summarize
+from .metrics import (
+    AttackSummary,
+    Summary,
+    average_certified_radius,
+    certified_accuracy_envelope,
+    is_attack_records,
+    parse_radii,
+    summarize,
+    summarize_attack,
+)
 from .records import distinct_labels, read_manifest, read_records
 from .registry import Registry
 
@@ -46,23 +64,64 @@ def get_format(name: str) -> Formatter:
     return FORMATS[name]
 
 
-def report(paths: Iterable, radii, fmt: str = "md", plot=None) -> str:
+def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool = False,
+           ecdf=None) -> str:
     """Read each record file, summarize it at ``radii`` and return the table in format ``fmt``.
 
     ``paths`` is one path or several; ``radii`` is a sequence of floats or a string for
     :func:`~smoothcert.metrics.parse_radii`.
-    If ``plot`` is a path, the certified-accuracy-vs-radius figure of the files is written there.
+    If ``plot`` is a path, the certified-accuracy-vs-radius figure of the files is written there
+    (the attack curves, for attack files). ``envelope`` adds the σ-envelope row (and curve);
+    ``ecdf``, a path, receives the p̂_A ECDF figure of the files (Sun et al. 2024, Fig. 3).
     """
     formatter = get_format(fmt)  # fail on a bad name before reading anything
     radii = parse_radii(radii) if isinstance(radii, str) else tuple(float(r) for r in radii)
     records = [dataclasses.replace(read_records(p), label=label)
                for p, label in zip(*_paths_and_labels(paths))]
+    if _attack_files(records):
+        if envelope or ecdf is not None:
+            raise SmoothcertError("the envelope and the p̂_A ECDF need CERTIFY record files, "
+                                  "not attack records")
+        return formatter(_attack_report(records, radii, plot))
     summaries = [summarize(r, radii) for r in records]
+    table = certification_table(summaries, radii)
+    if envelope:
+        best_clean = max(s.clean_accuracy for s in summaries)
+        table = with_envelope(table, certified_accuracy_envelope(records, radii), best_clean)
+    if ecdf is not None:
+        from .metrics import pa_hat
+
+        for r in records:  # check every file before writing any figure
+            pa_hat(r)
     if plot is not None:
         from .plots import plot_certified_accuracy
 
-        plot_certified_accuracy(records, plot)
-    return formatter(certification_table(summaries, radii))
+        plot_certified_accuracy(records, plot, envelope=envelope)
+    if ecdf is not None:
+        from .plots import plot_pa_ecdf
+
+        plot_pa_ecdf(records, ecdf)
+    return formatter(table)
+
+
+def _attack_files(records: Sequence) -> bool:
+    """True if every file holds attack records, False if none; refuses a mixture."""
+    kinds = [is_attack_records(r) for r in records]
+    if any(kinds) and not all(kinds):
+        attack = records[kinds.index(True)].path
+        other = records[kinds.index(False)].path
+        raise SmoothcertError(f"{attack} holds attack records but {other} does not; report "
+                              "attack files and certification files separately")
+    return all(kinds)
+
+
+def _attack_report(records: Sequence, distances, plot) -> Table:
+    table = attack_table([summarize_attack(r, distances) for r in records], distances)
+    if plot is not None:
+        from .plots import plot_attack_curve
+
+        plot_attack_curve(records, plot)
+    return table
 
 
 def _paths_and_labels(paths, folders: bool = False) -> tuple[list, list[str]]:
@@ -88,10 +147,43 @@ def certification_table(summaries: Sequence[Summary], radii: Sequence[float]) ->
     )
 
 
+ENVELOPE = "envelope"  # the name of the σ-envelope row
+
+
+def with_envelope(table: Table, envelope: Sequence[float], clean: float | None = None) -> Table:
+    """``table`` (a :func:`certification_table`) plus the row ``envelope``: certified accuracy
+    ``envelope[i]`` at each radius and ``clean``, the best clean accuracy over the files (for
+    CERTIFY files, the envelope at radius 0); n, abstention and ACR stay empty (the envelope is
+    not one classifier)."""
+    row = (ENVELOPE, None, clean, None, None, *(float(v) for v in envelope))
+    return dataclasses.replace(table, rows=(*table.rows, row))
+
+
+def attack_table(summaries: Sequence[AttackSummary], distances: Sequence[float]) -> Table:
+    """One row per attack record file: name, attack, n, clean acc, attacked, median and mean
+    distance, and the attack curve (fraction of attacked examples flipped) at ``distances``."""
+    keys = [distance_label(d) for d in distances]
+    return Table(
+        keys=("name", "attack", "n", "clean_accuracy", "attacked", "median_distance",
+              "mean_distance", *keys),
+        headers=("name", "attack", "n", "clean acc", "attacked", "median dist", "mean dist",
+                 *(k.replace("<=", "≤") for k in keys)),
+        styles=("text", "text", "int", "percent", "percent", "float3", "float3",
+                *["percent"] * len(keys)),
+        rows=tuple((s.name, s.attack, s.count, s.clean_accuracy, s.success_rate,
+                    s.median_distance, s.mean_distance, *s.attacked_at) for s in summaries),
+    )
+
+
 # --------------------------------------------------------------------------- cell values
 def radius_label(r: float) -> str:
     """``r=0.25``: the shortest decimal that reads back as ``r`` (1.0 → ``r=1``)."""
     return "r=" + np.format_float_positional(float(r), trim="-")
+
+
+def distance_label(d: float) -> str:
+    """``d<=0.25``: the attack-curve column of distance d."""
+    return "d<=" + np.format_float_positional(float(d), trim="-")
 
 
 def _values(s: Summary) -> list:
@@ -146,6 +238,8 @@ def format_latex(table: Table) -> str:
 def _latex_header(header: str) -> str:
     if header.startswith("r=") or header == "n":
         return f"${header}$"
+    if header.startswith("d≤"):
+        return f"$d \\le {header[2:]}$"
     return _latex_escape(header)
 
 
@@ -172,7 +266,10 @@ def format_json(table: Table) -> str:
 
 
 def _json_value(value):
-    return value.item() if isinstance(value, np.generic) else value
+    """Plain JSON: numpy scalars as Python numbers; an infinite value (a median distance when
+    most attacks failed) as null, since JSON has no infinity."""
+    value = value.item() if isinstance(value, np.generic) else value
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 # --------------------------------------------------------------------------- escaping

@@ -199,5 +199,9 @@ def _attack_task(run: RunContext) -> Callable:
     return one
 
 
+def _validate(options: dict) -> None:
+    AttackSettings(**options)  # raises SmoothcertError for a bad value
+
+
 register_task("attack", Task(ATTACK_COLUMNS, _attack_task,
-                             options=dataclasses.asdict(AttackSettings())))
+                             options=dataclasses.asdict(AttackSettings()), validate=_validate))
