@@ -280,3 +280,25 @@ def test_config_round_trips_the_data_dependent_options():
     defaults = TrainConfig(dataset="digits", arch="digits_cnn", sigma=0.25, epochs=1)
     assert (defaults.sigma_mode, defaults.dd_steps, defaults.dd_step_size,
             defaults.dd_num_samples, defaults.dd_start_epoch) == ("fixed", 1, 1e-4, 1, 0)
+
+
+def test_data_dependent_training_from_the_cli(tmp_path):
+    from smoothcert.cli import main
+    from smoothcert.models.checkpoint import load_checkpoint
+
+    out = tmp_path / "dd"
+    assert main(["train", "--dataset", "digits", "--arch", "digits_cnn", "--sigma", "0.25",
+                 "--epochs", "1", "--batch", "128", "--sigma-mode", "data_dependent",
+                 "--dd-steps", "1", "--dd-step-size", "1e-3", "--out", str(out),
+                 "--no-progress", "--device", "cpu"]) == 0
+    checkpoint = load_checkpoint(out / "checkpoint.pt")
+    assert checkpoint.meta["config"]["sigma_mode"] == "data_dependent"
+    assert checkpoint.meta["config"]["dd_step_size"] == 1e-3
+    assert "sigma_mean" in (out / "log.tsv").read_text().splitlines()[0]
+
+
+def test_opt_values_in_exponent_notation_are_numbers():
+    from smoothcert.cli import _parse_params
+
+    assert _parse_params(["a=1e-4", "b=2", "c=true", "d=pgd"]) == {
+        "a": 1e-4, "b": 2, "c": True, "d": "pgd"}

@@ -134,6 +134,13 @@ def _train_args(p):
         metavar="KEY=VALUE",
         help="method hyperparameter, e.g. --param num_noise=4 (repeatable)",
     )
+    p.add_argument("--sigma-mode", choices=("fixed", "data_dependent"),
+                   help="data_dependent: each example keeps its own σ, updated by OptimizeSigma "
+                        "(Alfarra et al., Alg. 2)")
+    p.add_argument("--dd-steps", type=int, help="OptimizeSigma steps per example and epoch")
+    p.add_argument("--dd-step-size", type=float, help="OptimizeSigma step size")
+    p.add_argument("--dd-num-samples", type=int, help="noise draws per OptimizeSigma step")
+    p.add_argument("--dd-start-epoch", type=int, help="first epoch that optimizes σ")
     p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.tsv, config.yaml")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--deterministic", action="store_true",
@@ -159,6 +166,11 @@ _TRAIN_FIELDS = (
     "lr_milestones",
     "seed",
     "init_checkpoint",
+    "sigma_mode",
+    "dd_steps",
+    "dd_step_size",
+    "dd_num_samples",
+    "dd_start_epoch",
 )
 
 
@@ -194,8 +206,18 @@ def _parse_params(items, flag: str = "--param") -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SmoothcertError(f"{flag} takes KEY=VALUE, got {item!r}")
-        params[key] = yaml.safe_load(value)
+        params[key] = _number_or_yaml(yaml.safe_load(value))
     return params
+
+
+def _number_or_yaml(value):
+    """YAML 1.1 reads ``1e-4`` as a string; take any text that Python reads as a float as one."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 # --------------------------------------------------------------------------- certify / predict
