@@ -19,7 +19,7 @@ SIGMA = 0.25
 TRAIN = TrainConfig(dataset="digits", arch="digits_cnn", method="gaussian", sigma=SIGMA,
                     epochs=30, batch_size=64, lr=0.05, lr_schedule="step", lr_step_size=15,
                     weight_decay=5e-4, seed=0)
-# n = 10,000 draws per digit gives radii up to σ·Φ⁻¹(0.001^(1/10000)) ≈ 0.88 at α = 0.001.
+# n = 10,000 draws per digit gives radii up to σ·Φ⁻¹(0.001^(1/10000)) ≈ 3.2σ = 0.80 at α = 0.001.
 N0, N, ALPHA, BATCH = 100, 10_000, 0.001, 5_000
 RADII = "0:1:0.125"
 

@@ -101,8 +101,9 @@ class Smoothed:
             c_hat, self.noise.radius(p_lower), p_lower, False, n_a, n0, n, alpha, sigma
         )
 
-    def _votes(self, x, num, batch_size, generator) -> torch.Tensor:
-        check_count("batch_size", batch_size)
+    def prepare_input(self, x, generator=None) -> torch.Tensor:
+        """``x`` checked (a finite (C, H, W) float tensor of the model's input shape) and moved to
+        the model's device; ``generator`` must live on that device too."""
         device = model_device(self.model)
         x = self._validated_input(x).to(device)
         if generator is not None and generator.device.type != device.type:
@@ -110,6 +111,11 @@ class Smoothed:
                 f"the generator is on {generator.device} but the model is on {device}; "
                 "create it with torch.Generator(device=...)"
             )
+        return x
+
+    def _votes(self, x, num, batch_size, generator) -> torch.Tensor:
+        check_count("batch_size", batch_size)
+        x = self.prepare_input(x, generator)
         with eval_mode(self.model):
             return self.engine.votes(
                 self.model, x, self.noise, num, self.num_classes, batch_size, generator

@@ -27,7 +27,7 @@ import torch
 from ..errors import SmoothcertError, check_count, check_probability
 from ..lipschitz import BOUNDS, lbound_radius, margin, margin_lower_bound
 from ..noise import Gaussian
-from ..sampling import eval_mode, model_device
+from ..sampling import eval_mode
 from ..smoothing import Certificate, Smoothed
 from ..stats import clopper_pearson_lower
 from .runner import CERTIFY_COLUMNS, RunContext, Task, certificate_row, register_task
@@ -93,7 +93,7 @@ def certify_deterministic(
     """
     check_count("n", n), check_probability("alpha", alpha), check_count("batch_size", batch_size)
     sigma = smoothed.noise.scalar_sigma()
-    x = _prepared(smoothed, x, generator)
+    x = smoothed.prepare_input(x, generator)
     c_hat = int(clean_scores(smoothed.model, x).argmax())
     with eval_mode(smoothed.model):
         counts = smoothed.engine.votes(
@@ -141,7 +141,7 @@ def certify_lbound(
     if bound not in BOUNDS:
         raise SmoothcertError(f"bound must be one of {', '.join(BOUNDS)}, got {bound!r}")
     sigma = _gaussian_sigma(smoothed)
-    x = _prepared(smoothed, x, generator)
+    x = smoothed.prepare_input(x, generator)
     if n0 == 0:
         top = int(clean_scores(smoothed.model, x).argmax())
     else:
@@ -169,7 +169,7 @@ def lbound_heuristic(smoothed: Smoothed, x) -> LBoundCertificate:
     equals this radius when the prediction is correct and 0 otherwise (``correct`` = 0 here).
     """
     sigma = _gaussian_sigma(smoothed)
-    x = _prepared(smoothed, x, None)
+    x = smoothed.prepare_input(x)
     p = clean_scores(smoothed.model, x).cpu().numpy()
     top = int(p.argmax())
     runner_up, gap = margin(p, top)
@@ -200,18 +200,6 @@ def _gaussian_sigma(smoothed: Smoothed) -> float:
     if not isinstance(smoothed.noise, Gaussian):
         raise SmoothcertError(f"the L-bound needs Gaussian noise, got {smoothed.noise!r}")
     return smoothed.noise.scalar_sigma()
-
-
-def _prepared(smoothed: Smoothed, x, generator) -> torch.Tensor:
-    """x validated as Smoothed does (shape, finite) and moved to the model's device."""
-    device = model_device(smoothed.model)
-    x = smoothed._validated_input(x).to(device)
-    if generator is not None and generator.device.type != device.type:
-        raise SmoothcertError(
-            f"the generator is on {generator.device} but the model is on {device}; "
-            "create it with torch.Generator(device=...)"
-        )
-    return x
 
 
 def _soft_scores(smoothed: Smoothed, x, num: int, batch_size: int, generator) -> torch.Tensor:
