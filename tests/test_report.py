@@ -183,3 +183,16 @@ def test_no_matplotlib_at_import_and_no_global_state(tmp_path, files):
         "assert 'matplotlib.pyplot' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_memory_certifier_files_get_an_adjusted_count(tmp_path):
+    import json
+
+    header = ("idx", "label", "predict", "radius", "correct", "time", "adjusted")
+    rows = [(0, 1, 1, 0.5, 1, 0.1, 1), (1, 2, 2, 0.25, 1, 0.1, 0), (2, 3, 3, 0.75, 1, 0.1, 1)]
+    dd = tmp_path / "dd.tsv"
+    dd.write_text("\n".join("\t".join(map(str, r)) for r in [header, *rows]) + "\n")
+    plain = tmp_path / "plain.tsv"
+    plain.write_text("\n".join("\t".join(map(str, r[:-1])) for r in [header, *rows]) + "\n")
+    table = json.loads(report([plain, dd], (0.0, 0.5), fmt="json", envelope=True))
+    assert [row["adjusted"] for row in table] == [None, 2, None]  # plain, dd, envelope

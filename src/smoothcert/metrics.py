@@ -98,7 +98,9 @@ class Summary:
 
     ``acr`` is None and ``certified_accuracy`` empty when the file has no radius column (a
     PREDICT file); ``certified_accuracy[i]`` belongs to ``radii[i]``. ``mean_time`` is in seconds
-    per example, None when the file has no time column.
+    per example, None when the file has no time column. ``adjusted`` counts the certificates
+    that the memory-based certifier (data-dependent smoothing) changed; None when the file has no
+    ``adjusted`` column.
     """
 
     name: str
@@ -109,6 +111,7 @@ class Summary:
     radii: tuple
     certified_accuracy: tuple
     mean_time: float | None
+    adjusted: int | None = None
 
     @property
     def has_radius(self) -> bool:
@@ -131,6 +134,7 @@ def summarize(records: Records, radii: Sequence[float]) -> Summary:
             tuple(float(a) for a in certified_accuracy(records, radii)) if has_radius else ()
         ),
         mean_time=float(np.mean(records["time"])) if "time" in records else None,
+        adjusted=int(np.sum(records["adjusted"])) if "adjusted" in records else None,
     )
 
 

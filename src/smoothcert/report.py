@@ -136,15 +136,21 @@ def _paths_and_labels(paths, folders: bool = False) -> tuple[list, list[str]]:
 def certification_table(summaries: Sequence[Summary], radii: Sequence[float]) -> Table:
     """One row per record file: name, n, clean acc, abstain, ACR, certified accuracy at radii.
 
-    PREDICT files (no radius column) leave ACR and the radius columns empty.
+    PREDICT files (no radius column) leave ACR and the radius columns empty. When a file comes
+    from the memory-based certifier, an ``adjusted`` column counts the certificates it changed.
     """
     labels = [radius_label(r) for r in radii]
-    return Table(
+    table = Table(
         keys=("name", "n", "clean_accuracy", "abstention_rate", "acr", *labels),
         headers=("name", "n", "clean acc", "abstain", "ACR", *labels),
         styles=("text", "int", "percent", "percent", "float3", *["percent"] * len(radii)),
         rows=tuple((s.name, s.count, *_values(s)) for s in summaries),
     )
+    if all(s.adjusted is None for s in summaries):
+        return table
+    return Table(keys=(*table.keys, "adjusted"), headers=(*table.headers, "adjusted"),
+                 styles=(*table.styles, "int"),
+                 rows=tuple((*row, s.adjusted) for row, s in zip(table.rows, summaries)))
 
 
 ENVELOPE = "envelope"  # the name of the σ-envelope row
@@ -156,6 +162,7 @@ def with_envelope(table: Table, envelope: Sequence[float], clean: float | None =
     CERTIFY files, the envelope at radius 0); n, abstention and ACR stay empty (the envelope is
     not one classifier)."""
     row = (ENVELOPE, None, clean, None, None, *(float(v) for v in envelope))
+    row += (None,) * (len(table.keys) - len(row))  # e.g. the memory certifier's ``adjusted``
     return dataclasses.replace(table, rows=(*table.rows, row))
 
 
