@@ -1,5 +1,9 @@
+import pytest
 import torch
 from torch import nn
+
+from smoothcert.models import build_model
+from smoothcert.models.checkpoint import save_checkpoint, versions
 
 
 class Halfspace(nn.Module):
@@ -41,3 +45,26 @@ COHEN_ROWS = [
     (7, 8, 8, 0.75, 1, "0:01:00.500000"),
 ]
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25)
+
+
+def write_checkpoint(path, arch="digits_cnn", num_classes=10, input_shape=(1, 8, 8),
+                     method="gaussian"):
+    """A freshly initialised (seed 0) checkpoint in smoothcert's format, for CLI tests."""
+    torch.manual_seed(0)
+    model = build_model(arch, num_classes, input_shape, [0.5], [0.5])
+    meta = {"arch": arch, "dataset": "digits", "num_classes": num_classes,
+            "input_shape": list(input_shape), "mean": [0.5], "std": [0.5],
+            "noise": {"name": "gaussian", "sigma": 0.25},
+            "method": {"name": method, "hparams": {}}, "epoch": 0,
+            "versions": versions(), "config": {}}
+    return save_checkpoint(path, model, meta)
+
+
+@pytest.fixture
+def one_thread():
+    """For modules of many tiny tensor ops, where torch's intra-op threads cost more than they
+    give (worse on a busy 2-core machine); use as ``pytestmark = usefixtures("one_thread")``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

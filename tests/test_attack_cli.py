@@ -24,15 +24,7 @@ from smoothcert.records import read_records
 from smoothcert.report import report
 from smoothcert.rng import example_generator
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These tests run many tiny tensor ops, for which torch's intra-op threads cost more than
-    they give (and a busy 2-core CI machine makes it worse); restored after the module."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # Small on purpose: PREDICT with 100 draws, 4 noises in the soft objective, 3 steps.

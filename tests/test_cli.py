@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import write_checkpoint
 from smoothcert.cli import main
-from smoothcert.models import build_model
-from smoothcert.models.checkpoint import save_checkpoint, versions
 from smoothcert.records import read_records
 
 RUN = ["--n0", "20", "--n", "200", "--batch", "64", "--no-progress", "--device", "cpu"]
@@ -130,17 +129,6 @@ def test_shards_then_merge_equal_one_run(checkpoint, tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- bad input
-def write_checkpoint(path, arch="digits_cnn", num_classes=10, input_shape=(1, 8, 8)):
-    model = build_model(arch, num_classes, input_shape, [0.5], [0.5])
-    meta = {"arch": arch, "dataset": "digits", "num_classes": num_classes,
-            "input_shape": list(input_shape), "mean": [0.5], "std": [0.5],
-            "noise": {"name": "gaussian", "sigma": 0.25},
-            "method": {"name": "gaussian", "hparams": {}}, "epoch": 0,
-            "versions": versions(), "config": {}}
-    save_checkpoint(path, model, meta)
-    return path
-
-
 def certify_bad(checkpoint, out, *extra):
     return main(["certify", str(checkpoint), *RUN, "--max", "3", "--out", str(out), *extra])
 

@@ -10,12 +10,10 @@ import torch
 from scipy.stats import norm
 from torch import nn
 
-from conftest import Halfspace
+from conftest import Halfspace, write_checkpoint
 from smoothcert import SmoothcertError
 from smoothcert.cli import main
 from smoothcert.data_dependent import CLAMP, Memory, optimize_sigma, soft_radius
-from smoothcert.models import build_model
-from smoothcert.models.checkpoint import save_checkpoint, versions
 from smoothcert.records import manifest_path, read_records
 
 DISTANCES = torch.tensor([0.25, 0.5, 1.0, 2.0])
@@ -207,16 +205,7 @@ DD = [*RUN, "--opt", "num_steps=5", "--opt", "step_size=0.01", "--opt", "num_sam
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    path = tmp_path_factory.mktemp("dd") / "checkpoint.pt"
-    torch.manual_seed(0)
-    model = build_model("digits_cnn", 10, (1, 8, 8), [0.5], [0.5])
-    meta = {"arch": "digits_cnn", "dataset": "digits", "num_classes": 10,
-            "input_shape": [1, 8, 8], "mean": [0.5], "std": [0.5],
-            "noise": {"name": "gaussian", "sigma": 0.25},
-            "method": {"name": "gaussian", "hparams": {}}, "epoch": 0,
-            "versions": versions(), "config": {}}
-    save_checkpoint(path, model, meta)
-    return path
+    return write_checkpoint(tmp_path_factory.mktemp("dd") / "checkpoint.pt", method="gaussian")
 
 
 def certify(checkpoint, out, *extra):

@@ -9,12 +9,10 @@ import pytest
 import torch
 from scipy.stats import binom, norm
 
-from conftest import Halfspace
+from conftest import Halfspace, write_checkpoint
 from smoothcert import Gaussian, SmoothcertError, Smoothed, clopper_pearson_lower
 from smoothcert.certify.deterministic import certify_deterministic
 from smoothcert.cli import main
-from smoothcert.models import build_model
-from smoothcert.models.checkpoint import save_checkpoint, versions
 from smoothcert.records import read_records
 
 
@@ -110,15 +108,7 @@ def test_same_seed_same_certificate_mode_restored_and_bad_input_refused():
 # --------------------------------------------------------------------------- through the CLI
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ckpt") / "checkpoint.pt"
-    torch.manual_seed(0)
-    model = build_model("digits_cnn", 10, (1, 8, 8), [0.5], [0.5])
-    meta = {"arch": "digits_cnn", "dataset": "digits", "num_classes": 10,
-            "input_shape": [1, 8, 8], "mean": [0.5], "std": [0.5],
-            "noise": {"name": "gaussian", "sigma": 0.25},
-            "method": {"name": "heat", "hparams": {}}, "epoch": 0,
-            "versions": versions(), "config": {}}
-    return save_checkpoint(path, model, meta)
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "checkpoint.pt", method="heat")
 
 
 def run(checkpoint, out, certifier, *extra):

@@ -35,15 +35,7 @@ from smoothcert.models.checkpoint import save_checkpoint, versions
 from smoothcert.records import read_records
 from smoothcert.report import get_format, report
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These tests run many tiny tensor ops, for which torch's intra-op threads cost more than
-    they give (and a busy 2-core CI machine makes it worse); restored after the module."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 COHEN_HEADER = ("idx", "label", "predict", "radius", "correct", "time")

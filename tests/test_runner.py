@@ -40,8 +40,8 @@ def test_certificate_row_marks_abstention_as_cohen_does():
 
 
 def test_bad_option_value_is_refused_before_any_file_is_written(tmp_path, capsys):
+    from conftest import write_checkpoint
     from smoothcert.cli import main
-    from test_cli import write_checkpoint
 
     checkpoint = write_checkpoint(tmp_path / "c.pt")
     out = tmp_path / "r.tsv"
