@@ -1,7 +1,7 @@
 """smoothcert: randomized smoothing — train, certify and evaluate certifiably robust classifiers."""
 
 from .errors import SmoothcertError
-from .noise import Gaussian
+from .noise import Gaussian, Uniform
 from .smoothing import Certificate, Prediction, Smoothed
 from .stats import binomial_pvalue, clopper_pearson_lower
 
@@ -12,6 +12,7 @@ __all__ = [
     "Gaussian",
     "Prediction",
     "Smoothed",
+    "Uniform",
     "SmoothcertError",
     "binomial_pvalue",
     "clopper_pearson_lower",
