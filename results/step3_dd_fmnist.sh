@@ -5,6 +5,7 @@
 # runs/ (out of git; rerun this script to rebuild it). Usage: results/step3_dd_fmnist.sh [DEVICE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH"  # the make-installed smoothcert, when there is one
 device=${1:-auto}
 data=${DATA_ROOT:+--data-root $DATA_ROOT}
 out=results/step3
