@@ -68,3 +68,24 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def dying_writer(monkeypatch, rows: int, torn: str):
+    """Make record files die after ``rows`` complete rows: the next write leaves the torn text
+    ``torn`` (no newline, as a killed process would) and raises KeyboardInterrupt. Returns a
+    function that restores the real writer."""
+    from smoothcert import records
+
+    original = records.RecordWriter.write
+    calls = {"n": 0}
+
+    def write(self, row):
+        calls["n"] += 1
+        if calls["n"] == rows + 1:
+            self._file.write(torn)
+            self._file.flush()
+            raise KeyboardInterrupt
+        original(self, row)
+
+    monkeypatch.setattr(records.RecordWriter, "write", write)
+    return lambda: monkeypatch.setattr(records.RecordWriter, "write", original)

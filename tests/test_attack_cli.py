@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import Halfspace
+from conftest import Halfspace, dying_writer
 from smoothcert import Gaussian, Smoothed
 from smoothcert.attacks import PGDL2, FreshNoiseObjective, SoftSmoothedObjective, draw_noises
 from smoothcert.certify.attack import AttackSettings, SmoothedAttack
@@ -164,24 +164,11 @@ def test_fresh_noise_objective_redraws_at_every_call():
 # --------------------------------------------------------------------------- resume and shards
 def test_interrupted_attack_resumes_to_the_same_records(checkpoint, min_distance_run, tmp_path,
                                                         monkeypatch):
-    from smoothcert import records
-
     cut = tmp_path / "cut.tsv"
-    original = records.RecordWriter.write
-    calls = {"n": 0}
-
-    def dying_write(self, row):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            self._file.write("2\t1\t1\t0")  # a torn line, as if killed mid-write
-            self._file.flush()
-            raise KeyboardInterrupt
-        original(self, row)
-
-    monkeypatch.setattr(records.RecordWriter, "write", dying_write)
+    restore = dying_writer(monkeypatch, rows=2, torn="2\t1\t1\t0")
     args = ["--min-distance", "--max-epsilon", "1.5", "--epsilon-step", "0.5"]
     assert attack(checkpoint, cut, *args) == 130
-    monkeypatch.setattr(records.RecordWriter, "write", original)
+    restore()
     assert len(read_records(cut)) == 2
     assert attack(checkpoint, cut, *args) == 0
     assert rows_without_time(cut) == rows_without_time(min_distance_run)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import write_checkpoint
+from conftest import dying_writer, write_checkpoint
 from smoothcert.cli import main
 from smoothcert.records import read_records
 
@@ -67,24 +67,11 @@ def test_predict_writes_records(checkpoint, tmp_path):
 
 
 def test_interrupted_then_resumed_equals_uninterrupted(checkpoint, tmp_path, monkeypatch):
-    from smoothcert import records
-
     full, cut = tmp_path / "full.tsv", tmp_path / "cut.tsv"
     assert certify(checkpoint, full) == 0
-    original = records.RecordWriter.write
-    calls = {"n": 0}
-
-    def dying_write(self, row):
-        calls["n"] += 1
-        if calls["n"] == 6:
-            self._file.write("5\t3\t3\t0.2")  # a torn line, as if killed mid-write
-            self._file.flush()
-            raise KeyboardInterrupt
-        original(self, row)
-
-    monkeypatch.setattr(records.RecordWriter, "write", dying_write)
+    restore = dying_writer(monkeypatch, rows=5, torn="5\t3\t3\t0.2")
     assert certify(checkpoint, cut) == 130
-    monkeypatch.setattr(records.RecordWriter, "write", original)
+    restore()
     assert len(read_records(cut)) == 5
     assert certify(checkpoint, cut) == 0
     assert rows_without_time(cut) == rows_without_time(full)

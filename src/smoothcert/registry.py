@@ -3,7 +3,18 @@ Python API, the CLI choices and the parametrized tests."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from .errors import unknown_name
+
+
+def import_submodules(package: str, path, skip: tuple = ()) -> None:
+    """Import every module of ``package`` (its ``__path__``) but ``skip``: each registers its
+    entries on import, so a new method or certifier needs only its own file."""
+    for module in pkgutil.iter_modules(path):
+        if module.name not in skip:
+            importlib.import_module(f"{package}.{module.name}")
 
 
 class Registry(dict):

@@ -4,9 +4,7 @@ Every module of this package is imported here, so a new certifier only needs its
 calls :func:`register_task`.
 """
 
-import importlib
-import pkgutil
-
+from ..registry import import_submodules
 from .runner import (
     TASKS,
     RunConfig,
@@ -17,9 +15,7 @@ from .runner import (
     run_dataset,
 )
 
-for _module in pkgutil.iter_modules(__path__):
-    if _module.name != "runner":
-        importlib.import_module(f"{__name__}.{_module.name}")
+import_submodules(__name__, __path__, skip=("runner",))
 
 __all__ = [
     "TASKS",

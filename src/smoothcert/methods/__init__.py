@@ -4,15 +4,11 @@ Every module of this package is imported here, so a new method only needs its ow
 ``@register_method`` class.
 """
 
-import importlib
-import pkgutil
-
+from ..registry import import_submodules
 from .base import METHODS, EpochContext, TrainingMethod, build_method, register_method
 from .gaussian import GaussianAugmentation
 
-for _module in pkgutil.iter_modules(__path__):
-    if _module.name != "base":
-        importlib.import_module(f"{__name__}.{_module.name}")
+import_submodules(__name__, __path__, skip=("base",))
 
 __all__ = [
     "METHODS",
