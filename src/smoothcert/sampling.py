@@ -1,73 +1,112 @@
 """The one Monte Carlo engine: class votes of a base classifier under noise, counted on device.
 
-Both PREDICT and CERTIFY (``smoothing.py``) and every dataset runner get their counts from an
-:class:`Engine`. It is a single swappable component so that faster engines (step 4: batches filled
-across images, compiled models, autocast) can replace :class:`BatchedVotes` without touching the
-statistics.
-An engine also gives soft scores, the mean softmax over the draws, for certificates of the soft
+PREDICT, CERTIFY (``smoothing.py``), the sequential certifier and every dataset runner get
+their counts from :class:`BatchedVotes`. Work reaches it as *programs*: Python generators that
+yield :class:`Draws` requests (an input, its noise, its generator and how many draws) and
+receive the vote counts. The engine keeps many programs in flight and packs their draws into
+forward batches that are always full (a request that does not fill a batch shares it with the
+next inputs' requests), so one decision costs one host synchronisation and no batch runs
+half-empty.
+
+Results do not depend on the packing: each input's noise is drawn from its own generator in
+*canonical chunks* — every request segment split into pieces of ``batch_size`` draws, the last
+one shorter — exactly as a one-input-at-a-time loop would draw it. A chunk that overflows a
+batch is drawn whole into a carry buffer and finished in the next batch. Counts are therefore
+equal, draw for draw, whether an input is certified alone or among thousands (tested).
+
+Optional accelerations, off by default: ``precision`` ("bf16"/"fp16": the model runs under
+autocast; noise is always drawn and added in the input's float32), ``channels_last`` and
+``compile`` (``torch.compile``). With reduced precision the certificate is a certificate of the
+reduced-precision classifier — the function that actually ran — not of its float32 twin.
+
+The engine also gives soft scores, the mean softmax over the draws, for certificates of the soft
 smoothed classifier (the L-bound, ``lipschitz.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Protocol
+import time
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from .errors import SmoothcertError
+from .errors import SmoothcertError, check_count
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-class Engine(Protocol):
-    def votes(
-        self,
-        model: nn.Module,
-        x: torch.Tensor,
-        noise,
-        num: int,
-        num_classes: int,
-        batch_size: int,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """Counts (num_classes,) int64, on x's device, of argmax f(x + δ_i) over ``num`` draws."""
-        ...
+@dataclass(frozen=True, eq=False)
+class Draws:
+    """A request for ``sum(sizes)`` noisy votes at one input ``x`` (C, H, W), on the model's device.
 
-    def soft_scores(
-        self,
-        model: nn.Module,
-        x: torch.Tensor,
-        noise,
-        num: int,
-        num_classes: int,
-        batch_size: int,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """Means (num_classes,) float64, on x's device, of softmax f(x + δ_i) over ``num`` draws."""
-        ...
+    The segments are drawn in order from ``generator`` with ``noise``; the program that yielded
+    the request receives an int64 array (len(sizes), num_classes) of argmax f(x + δ) counts,
+    one row per segment (e.g. CERTIFY's n0 selection draws and its n estimation draws).
+    """
+
+    x: torch.Tensor
+    noise: object
+    sizes: tuple
+    generator: torch.Generator | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A program's return value, with its share of the engine's wall time.
+
+    ``seconds`` divides the time between host synchronisations among the programs in
+    proportion to the noisy inputs each had in the forward passes, so the seconds of a run's
+    programs add up to its wall time.
+    """
+
+    key: object
+    result: object
+    seconds: float
+
+
+Program = Generator  # yields Draws, receives np.ndarray counts, returns a result
 
 
 class BatchedVotes:
-    """Draw noise in place into one preallocated buffer, forward, and bincount the argmaxes.
+    """Draw noise in place into one preallocated buffer, forward, and count argmaxes on device.
 
-    No per-sample Python loop and no host synchronisation: the counts stay on the device until the
-    caller makes a decision from them. The last batch is shorter when ``batch_size`` does not
-    divide ``num``. Runs under ``inference_mode``; the caller puts the model in eval mode.
+    :meth:`run` drives many programs with batches filled across inputs; :meth:`votes` and
+    :meth:`soft_scores` serve one input. Runs under ``inference_mode``; the caller puts the
+    model in eval mode (:func:`eval_mode`).
     """
 
+    def __init__(self, *, precision: str = "fp32", channels_last: bool = False,
+                 compile: bool = False):
+        if precision not in PRECISIONS:
+            raise SmoothcertError(f"precision must be one of {', '.join(PRECISIONS)}, "
+                                  f"got {precision!r}")
+        self.precision, self.channels_last, self.compile = precision, channels_last, compile
+        self._prepared: tuple[nn.Module, nn.Module] | None = None
+
+    def settings(self) -> dict:
+        """The settings that change the computed function (they belong in a run's identity)."""
+        return {"precision": self.precision, "channels_last": self.channels_last,
+                "compile": self.compile}
+
+    def run(self, model: nn.Module, programs: Iterable[tuple[object, Program]],
+            num_classes: int, batch_size: int) -> Iterator[Finished]:
+        """Drive ``(key, program)`` pairs to completion; yields each :class:`Finished` as it ends
+        (in completion order, which for equal programs is their input order)."""
+        check_count("batch_size", batch_size)
+        scheduler = _Scheduler(self, self.prepare(model), num_classes, batch_size)
+        yield from scheduler.run(programs)  # programs run in the caller's grad mode
+
     def votes(self, model, x, noise, num, num_classes, batch_size, generator=None):
-        counts = torch.zeros(num_classes, dtype=torch.long, device=x.device)
-        buffer = torch.empty(
-            (min(batch_size, num),) + tuple(x.shape), dtype=x.dtype, device=x.device
-        )
-        with torch.inference_mode():
-            for size in _batch_sizes(num, batch_size):
-                batch = noise.sample_(buffer[:size], generator).add_(x)
-                logits = model(batch)
-                _check_logits(logits, size, num_classes)
-                counts += torch.bincount(logits.argmax(dim=1), minlength=num_classes)
-        return counts
+        """Counts (num_classes,) int64, on x's device, of argmax f(x + δ_i) over ``num`` draws."""
+        def program():
+            counts = yield Draws(x, noise, (num,), generator)
+            return counts[0]
+
+        (done,) = self.run(model, [(None, program())], num_classes, batch_size)
+        return torch.from_numpy(done.result).to(x.device)
 
     def soft_scores(self, model, x, noise, num, num_classes, batch_size, generator=None):
         """The Monte Carlo estimate (1/num)·Σ_i softmax f(x + δ_i) of the soft smoothed classifier
@@ -78,17 +117,215 @@ class BatchedVotes:
         not lose precision over 10⁵ draws (float32 softmax: error ~1e-7 per entry, far below the
         Monte Carlo error ≥ ½/√n); entries lie in [0, 1] and sum to 1 up to that rounding.
         """
+        check_count("batch_size", batch_size)
+        model = self.prepare(model)
         sums = torch.zeros(num_classes, dtype=torch.float64, device=x.device)
-        buffer = torch.empty(
-            (min(batch_size, num),) + tuple(x.shape), dtype=x.dtype, device=x.device
-        )
+        buffer = self._buffer(min(batch_size, num), x)
         with torch.inference_mode():
             for size in _batch_sizes(num, batch_size):
                 batch = noise.sample_(buffer[:size], generator).add_(x)
-                logits = model(batch)
-                _check_logits(logits, size, num_classes)
-                sums += logits.softmax(dim=1).sum(dim=0, dtype=torch.float64)
+                logits = self.forward(model, batch, size, num_classes)
+                wide = torch.promote_types(logits.dtype, torch.float32)  # bf16/fp16 logits
+                sums += logits.to(wide).softmax(dim=1).sum(dim=0, dtype=torch.float64)
         return sums / num
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """The model as the engine runs it: channels-last and compiled when asked (cached).
+
+        ``channels_last`` converts the model's parameters in place.
+        """
+        if self._prepared is not None and self._prepared[0] is model:
+            return self._prepared[1]
+        runnable = model
+        if self.channels_last:
+            runnable = model.to(memory_format=torch.channels_last)
+        if self.compile:
+            runnable = torch.compile(runnable, dynamic=False)
+        self._prepared = (model, runnable)
+        return runnable
+
+    def forward(self, model, batch: torch.Tensor, size: int, num_classes: int) -> torch.Tensor:
+        """Logits of the first ``size`` rows of ``batch`` (the model sees the whole batch)."""
+        dtype = PRECISIONS[self.precision]
+        autocast = (torch.autocast(batch.device.type, dtype=dtype) if dtype is not None
+                    else contextlib.nullcontext())
+        with autocast:
+            logits = model(batch)
+        _check_logits(logits, batch.shape[0], num_classes)
+        return logits[:size]
+
+    def _buffer(self, rows: int, x: torch.Tensor) -> torch.Tensor:
+        nhwc = self.channels_last and x.dim() == 3
+        fmt = torch.channels_last if nhwc else torch.contiguous_format
+        return torch.empty((rows,) + tuple(x.shape), dtype=x.dtype, device=x.device,
+                           memory_format=fmt)
+
+
+class _Stream:
+    """One program in flight: its current request and how far its draws have got."""
+
+    def __init__(self, key, program: Program):
+        self.key, self.program = key, program
+        self.request: Draws | None = None
+        self.cells: list[int] = []  # one row of the counts table per request segment
+        self.segment = 0  # the segment being drawn
+        self.left_in_segment = 0  # draws of that segment not yet drawn
+        self.undrawn = 0  # draws of the request not yet drawn (all segments)
+        self.span_rows = 0  # rows forwarded since the last synchronisation
+        self.seconds = 0.0
+
+    def next_chunk(self, batch_size: int) -> tuple[int, int]:
+        """(cell, size) of the next canonical chunk, advancing past empty segments."""
+        while self.left_in_segment == 0:
+            self.segment += 1
+            self.left_in_segment = self.request.sizes[self.segment]
+        size = min(self.left_in_segment, batch_size)
+        self.left_in_segment -= size
+        self.undrawn -= size
+        return self.cells[self.segment], size
+
+
+class _Scheduler:
+    """Packs the draws of many programs' requests into full forward batches."""
+
+    def __init__(self, engine: BatchedVotes, model, num_classes: int, batch_size: int):
+        self.engine, self.model = engine, model
+        self.num_classes, self.batch_size = num_classes, batch_size
+        self.active: list[_Stream] = []
+        self.free_cells: list[int] = []
+        self.table: torch.Tensor | None = None  # (cells + 1, C) counts; the last row is padding
+        self.buffer = self.carry_buffer = None
+        self.carry: tuple[_Stream, int, torch.Tensor] | None = None  # drawn, not yet forwarded
+        self.clock = time.perf_counter()
+
+    def run(self, programs: Iterable[tuple[object, Program]]) -> Iterator[Finished]:
+        programs = iter(programs)
+        while True:
+            while self._undrawn() < 2 * self.batch_size:  # keep the next batch full
+                pair = next(programs, None)
+                if pair is None:
+                    break
+                stream = _Stream(*pair)
+                self.active.append(stream)
+                yield from self._advance([(stream, None)])
+            if not self.active:
+                return
+            self._forward_batch()
+            yield from self._complete()
+
+    def _undrawn(self) -> int:
+        return sum(s.undrawn for s in self.active)
+
+    def _advance(self, answers) -> Iterator[Finished]:
+        """Send each stream its counts (None to start it); start its next request or finish it."""
+        for stream, counts in answers:
+            try:
+                request = stream.program.send(counts)
+            except StopIteration as stop:
+                self.active.remove(stream)
+                yield Finished(stream.key, stop.value, stream.seconds)
+                continue
+            self._start(stream, request)
+        if any(s.undrawn == 0 and s.request is not None for s in self.active):
+            yield from self._complete()  # requests of zero draws
+
+    def _start(self, stream: _Stream, request) -> None:
+        if not isinstance(request, Draws):
+            raise TypeError(f"a program must yield Draws, got {type(request).__name__}")
+        sizes = tuple(int(s) for s in request.sizes)
+        if not sizes or min(sizes) < 0:
+            raise SmoothcertError(f"draw counts must be non-negative, got {sizes}")
+        if self.buffer is None:
+            self._allocate(request.x)
+        stream.request = request
+        stream.cells = [self._cell() for _ in sizes]
+        stream.segment, stream.left_in_segment = 0, sizes[0]
+        stream.undrawn = sum(sizes)
+
+    def _allocate(self, x: torch.Tensor) -> None:
+        self.buffer = self.engine._buffer(self.batch_size, x)
+        self.carry_buffer = self.engine._buffer(self.batch_size, x)
+        self.table = torch.zeros((65, self.num_classes), dtype=torch.long, device=x.device)
+        self.free_cells = list(range(64))
+
+    def _cell(self) -> int:
+        if not self.free_cells:  # grow the counts table, keeping the padding row last
+            rows = self.table.shape[0] - 1
+            grown = torch.zeros((2 * rows + 1, self.num_classes), dtype=torch.long,
+                                device=self.table.device)
+            grown[:rows] = self.table[:rows]
+            self.table, self.free_cells = grown, list(range(rows, 2 * rows))
+        return self.free_cells.pop()
+
+    @torch.inference_mode()
+    def _forward_batch(self) -> None:
+        pieces = self._fill()  # [(stream, cell, rows)]
+        size = sum(rows for _, _, rows in pieces)
+        padded = self.engine.compile  # a compiled model keeps one batch shape
+        batch = self.buffer if padded else self.buffer[:size]
+        labels = self.engine.forward(self.model, batch, size, self.num_classes).argmax(dim=1)
+        if len(pieces) == 1:
+            self.table[pieces[0][1]] += torch.bincount(labels, minlength=self.num_classes)
+        else:
+            cells = torch.repeat_interleave(torch.tensor([c for _, c, _ in pieces]),
+                                            torch.tensor([r for _, _, r in pieces]))
+            flat = cells.to(labels.device, non_blocking=True) * self.num_classes + labels
+            self.table.view(-1).index_add_(0, flat, torch.ones_like(flat))
+        for stream, _, rows in pieces:
+            stream.span_rows += rows
+
+    def _fill(self) -> list:
+        """Draw noise into the batch buffer until it is full or no request has draws left."""
+        pieces, filled = [], 0
+        if self.carry is not None:
+            stream, cell, rows = self.carry
+            self.buffer[:rows.shape[0]].copy_(rows)
+            pieces.append((stream, cell, rows.shape[0]))
+            filled, self.carry = rows.shape[0], None
+        for stream in self.active:
+            while filled < self.batch_size and stream.undrawn > 0:
+                cell, size = stream.next_chunk(self.batch_size)
+                room = self.batch_size - filled
+                target = self.buffer if size <= room else self.carry_buffer
+                start = filled if size <= room else 0
+                request = stream.request
+                chunk = request.noise.sample_(target[start:start + size], request.generator)
+                chunk.add_(request.x)
+                if size > room:  # finish the chunk in the next batch
+                    self.buffer[filled:].copy_(chunk[:room])
+                    self.carry = (stream, cell, chunk[room:])
+                    size = room
+                pieces.append((stream, cell, size))
+                filled += size
+        return pieces
+
+    def _complete(self) -> Iterator[Finished]:
+        """One host synchronisation for every request whose draws have all been forwarded."""
+        carrying = self.carry[0] if self.carry is not None else None
+        done = [s for s in self.active
+                if s.request is not None and s.undrawn == 0 and s is not carrying]
+        if not done:
+            return
+        cells = [c for s in done for c in s.cells]
+        counts = self.table[cells].cpu().numpy()  # the host sync for these decisions
+        self.table[cells] = 0
+        self._account_time()
+        answers, start = [], 0
+        for stream in done:
+            k = len(stream.cells)
+            answers.append((stream, counts[start:start + k]))
+            self.free_cells.extend(stream.cells)
+            stream.request, stream.cells, start = None, [], start + k
+        yield from self._advance(answers)
+
+    def _account_time(self) -> None:
+        now = time.perf_counter()
+        rows = sum(s.span_rows for s in self.active)
+        for stream in self.active:
+            if rows:
+                stream.seconds += (now - self.clock) * stream.span_rows / rows
+            stream.span_rows = 0
+        self.clock = now
 
 
 def _batch_sizes(num: int, batch_size: int) -> Iterator[int]:

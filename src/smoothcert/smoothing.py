@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .errors import SmoothcertError, check_count, check_probability
-from .sampling import BatchedVotes, Engine, eval_mode, model_device
+from .sampling import BatchedVotes, Draws, eval_mode, model_device
 from .stats import binomial_pvalue, clopper_pearson_lower
 
 
@@ -59,7 +59,8 @@ class Smoothed:
     (C, H, W); they are moved to the model's device, where all noise is drawn and votes counted.
     """
 
-    def __init__(self, model: nn.Module, noise, num_classes: int, engine: Engine | None = None):
+    def __init__(self, model: nn.Module, noise, num_classes: int,
+                 engine: BatchedVotes | None = None):
         self.model = model
         self.noise = noise
         self.num_classes = check_count("num_classes", num_classes, minimum=2)
@@ -71,14 +72,7 @@ class Smoothed:
         Returns a class other than g(x) with probability at most α (Cohen et al., Thm. 2): it
         abstains when the two-sided binomial test of the top two counts has p-value > α.
         """
-        check_count("n", n), check_probability("alpha", alpha)
-        counts = self._votes(x, n, batch_size, generator).cpu()  # the one host sync
-        top2 = torch.topk(counts, 2)
-        c1, c2 = (int(v) for v in top2.values)
-        pvalue = binomial_pvalue(c1, c2)
-        abstained = pvalue > alpha
-        prediction = None if abstained else int(top2.indices[0])
-        return Prediction(prediction, abstained, c1, c2, pvalue, n, alpha)
+        return self._run_one(self.predict_program(x, n, alpha, generator), batch_size)
 
     def certify(self, x, n0, n, alpha, batch_size, generator=None) -> Certificate:
         """CERTIFY: a class and a radius that hold with probability ≥ 1−α, or abstain.
@@ -88,18 +82,43 @@ class Smoothed:
         (ĉ_A, noise.radius(p_lower)) if p_lower ≥ ½, else an abstention with radius 0. The radius
         is σ·Φ⁻¹(p_lower) in L2 for Gaussian noise, 2λ·(p_lower − ½) in L1 for uniform noise.
         """
+        return self._run_one(self.certify_program(x, n0, n, alpha, generator), batch_size)
+
+    def predict_program(self, x, n, alpha, generator=None):
+        """:meth:`predict` as an engine program (``sampling.Draws`` in, counts back)."""
+        check_count("n", n), check_probability("alpha", alpha)
+        x = self.prepare_input(x, generator)
+        (counts,) = yield Draws(x, self.noise, (n,), generator)
+        top2 = torch.topk(torch.from_numpy(counts), 2)
+        c1, c2 = (int(v) for v in top2.values)
+        pvalue = binomial_pvalue(c1, c2)
+        abstained = pvalue > alpha
+        prediction = None if abstained else int(top2.indices[0])
+        return Prediction(prediction, abstained, c1, c2, pvalue, n, alpha)
+
+    def certify_program(self, x, n0, n, alpha, generator=None):
+        """:meth:`certify` as an engine program. The n0 selection draws and the n estimation
+        draws are one request of two segments: every class is counted in both, so the
+        estimation draws need not wait for the selection (ĉ_A only picks which count to read)."""
         check_count("n0", n0), check_count("n", n), check_probability("alpha", alpha)
         sigma = self.noise.scalar_sigma()
-        selection = self._votes(x, n0, batch_size, generator)
-        c_hat = int(selection.argmax())  # host sync 1: the class decision
-        estimation = self._votes(x, n, batch_size, generator)
-        n_a = int(estimation[c_hat])  # host sync 2: the count decision
+        x = self.prepare_input(x, generator)
+        selection, estimation = yield Draws(x, self.noise, (n0, n), generator)
+        c_hat = int(selection.argmax())
+        n_a = int(estimation[c_hat])
         p_lower = clopper_pearson_lower(n_a, n, alpha)
         if p_lower < 0.5:
             return Certificate(None, 0.0, p_lower, True, n_a, n0, n, alpha, sigma)
         return Certificate(
             c_hat, self.noise.radius(p_lower), p_lower, False, n_a, n0, n, alpha, sigma
         )
+
+    def run(self, programs, batch_size: int):
+        """Drive many ``(key, program)`` pairs through the engine, batches filled across inputs;
+        yields ``sampling.Finished`` as programs end."""
+        check_count("batch_size", batch_size)
+        with eval_mode(self.model):
+            yield from self.engine.run(self.model, programs, self.num_classes, batch_size)
 
     def prepare_input(self, x, generator=None) -> torch.Tensor:
         """``x`` checked (a finite (C, H, W) float tensor of the model's input shape) and moved to
@@ -113,13 +132,9 @@ class Smoothed:
             )
         return x
 
-    def _votes(self, x, num, batch_size, generator) -> torch.Tensor:
-        check_count("batch_size", batch_size)
-        x = self.prepare_input(x, generator)
-        with eval_mode(self.model):
-            return self.engine.votes(
-                self.model, x, self.noise, num, self.num_classes, batch_size, generator
-            )
+    def _run_one(self, program, batch_size: int):
+        (done,) = self.run([(None, program)], batch_size)
+        return done.result
 
     def _validated_input(self, x) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
