@@ -488,6 +488,40 @@ def cmd_merge(args):
     print(f"merged: {merge_records(args.files, args.out)}")
 
 
+# --------------------------------------------------------------------------- import-checkpoint
+def _import_args(p):
+    from .models.importers import FORMATS, NORMALIZATIONS
+
+    p.add_argument("file", help="a reference implementation's checkpoint (.pth.tar, .pth)")
+    p.add_argument("--format", required=True, choices=sorted(FORMATS),
+                   help="whose layout: cohen (locuslab/smoothing), salman "
+                        "(Hadisalman/smoothing-adversarial), jeong (jh-jeong/smoothing-"
+                        "consistency), macer (RuntianZ/macer)")
+    p.add_argument("--arch", required=True, help="our architecture, e.g. cifar_resnet110")
+    p.add_argument("--dataset", required=True, help="the dataset the model was trained on")
+    p.add_argument("--sigma", type=float, required=True,
+                   help="training noise level σ in pixel units (the files do not store it)")
+    p.add_argument("--normalization", default="reference", choices=NORMALIZATIONS,
+                   help="the input normalization the file was trained with (default: the "
+                        "reference code's for the dataset; salman: center, i.e. x − mean)")
+    p.add_argument("--out", required=True, help="smoothcert checkpoint to write")
+    p.add_argument("--force", action="store_true", help="replace an existing --out")
+
+
+@command(
+    "import-checkpoint",
+    "convert a reference implementation's released checkpoint into a smoothcert checkpoint",
+    _import_args,
+)
+def cmd_import_checkpoint(args):
+    from .models.importers import import_checkpoint
+
+    path = import_checkpoint(args.file, args.format, arch=args.arch, dataset=args.dataset,
+                             sigma=args.sigma, out=args.out, normalization=args.normalization,
+                             overwrite=args.force)
+    print(f"checkpoint: {path}")
+
+
 # --------------------------------------------------------------------------- demo
 def _demo_args(p):
     p.add_argument("--out", default="runs/demo", help="folder for the demo's files")

@@ -1,0 +1,304 @@
+"""Import the checkpoints released with the reference implementations, normalization made explicit.
+
+A reference checkpoint is a ``torch.save`` of a dict that holds the state dict of the model, but
+not its input normalization: the reference ``NormalizeLayer`` keeps its means and stds as plain
+tensor attributes, not buffers, so they never reach the file. What the model subtracted and
+divided by is therefore read from the reference code and stated here, per format and dataset.
+The import builds our ``Sequential(NormalizeLayer(mean, std), net)``, loads the file's weights
+into ``net`` with ``strict=True`` and writes a smoothcert checkpoint whose meta and state dict
+carry that mean and std, so that ``ours(x) == reference_net((x − mean) / std)`` for pixels x.
+
+Layouts, read in the stored public copies of the repositories (paths inside each repository):
+
+- ``cohen``, locuslab/smoothing: ``code/train.py`` saves ``{'epoch': epoch + 1, 'arch',
+  'state_dict': model.state_dict(), 'optimizer'}`` where ``code/architectures.py`` builds
+  ``Sequential(get_normalize_layer(dataset), net)``, so the keys are ``1.<net key>``; the ImageNet
+  ResNet-50 is wrapped in ``DataParallel`` first (``1.module.<key>``). ``code/datasets.py``:
+  ``NormalizeLayer`` computes (x − means) / sds with CIFAR-10 mean (0.4914, 0.4822, 0.4465),
+  std (0.2023, 0.1994, 0.2010) and ImageNet mean (0.485, 0.456, 0.406), std (0.229, 0.224,
+  0.225); its only datasets are cifar10 and imagenet. ``code/archs/cifar_resnet.py`` (bearpaw's
+  CIFAR ResNet) has the attribute names of our ``cifar_resnet*``.
+- ``salman``, Hadisalman/smoothing-adversarial: ``code/train_pgd.py`` saves the same dict from the
+  same ``Sequential``, but ``code/architectures.py`` as released (commit 3911bd8) uses
+  ``get_input_center_layer``: ``InputCenterLayer`` computes x − mean, no division (std 1), with
+  the constants above; the default here is that ("center"). A later commit (cc80077, which adds
+  the ImageNet32 pre-training) switched back to the standardizing layer and warns to certify with
+  the layer used in training, and in the repository's issue #3 the author told a user whose
+  released ImageNet model mispredicted to switch from the standardizing to the centering layer.
+  Neither layer has state, so the file cannot tell which one trained it: for models trained with
+  the later code pass ``normalization="standardize"``, and check the clean accuracy after import.
+- ``jeong``, jh-jeong/smoothing-consistency: ``code/train_utils.py`` (``prologue``) and
+  ``code/train_consistency.py`` save the same dict from the same ``Sequential``;
+  ``code/datasets.py`` standardizes cifar10 and imagenet with the constants above and uses
+  ``torch.nn.Identity()`` for mnist (no normalization: mean 0, std 1). ``code/archs/lenet.py``
+  has the attribute names of our ``lenet`` (conv1, conv2, fc1, fc2). Their
+  ``code/archs/cifar_resnet.py`` is not in the stored copy of the repository; that it is Cohen et
+  al.'s file is inferred from the identical import and call ``resnet_cifar(depth=…,
+  num_classes=10)`` in ``code/architectures.py``, not verified.
+- ``macer``, RuntianZ/macer: ``main.py`` saves ``{'net': base_model.state_dict(), 'epoch'}``, the
+  bare network (the ``DataParallel`` wrapper is a different object), so the keys are the net's
+  own; its transforms are ``ToTensor()`` only for mnist, cifar10 and svhn and ``rs/core.py`` adds
+  noise to those pixels, so there is no normalization (mean 0, std 1). ``model.py``: ``resnet110``
+  (``ResNet_Cifar``, basic blocks [18, 18, 18]) and ``LeNet`` have our attribute names; its
+  ``AvgPool2d(8, stride=1)`` equals our ``AvgPool2d(8)`` on the final 8×8 maps. MACER's ImageNet
+  checkpoints are not produced by that repository, so no ImageNet normalization is assumed.
+
+In every format, a ``module.`` component (``DataParallel``) is dropped wherever it occurs in a
+key (``module.1.…``, ``1.module.…``, ``module.…``). Files written before PyTorch 0.4.1 lack the
+BatchNorm ``num_batches_tracked`` counters; they are filled with 0 (they do not affect eval-mode
+outputs). None of the files stores the training σ, so the caller must give it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import SmoothcertError, check_positive_finite, unknown_name
+from ..registry import Registry
+from .archs import MODELS, build_model
+from .checkpoint import checkpoint_meta, save_checkpoint
+
+# "reference": what the format's code used for the dataset; the others override it.
+NORMALIZATIONS = ("reference", "standardize", "center", "none")
+
+# Per-channel statistics of pixels in [0, 1] from locuslab/smoothing code/datasets.py
+# (_CIFAR10_MEAN/_CIFAR10_STDDEV, _IMAGENET_MEAN/_IMAGENET_STDDEV); the datasets.py of Salman et
+# al. and of Jeong & Shin hold the same numbers.
+REFERENCE_STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
+_STATS_SOURCE = "locuslab/smoothing code/datasets.py"
+
+
+@dataclass(frozen=True)
+class ReferenceFormat:
+    """How one reference implementation saves its models (see the module docstring)."""
+
+    name: str
+    method: str  # our training method that reproduces the reference's
+    weights_key: str  # the saved dict's entry holding the state dict
+    sequential: bool  # keys are Sequential(normalization, net)'s: "1.<net key>"
+    normalization: Mapping[str, str]  # dataset -> "standardize" | "center" | "none"
+    source: str  # repository and files the layout was read from
+
+
+FORMATS: Registry = Registry("checkpoint format")
+
+
+def _register(fmt: ReferenceFormat) -> None:
+    FORMATS.register(fmt.name)(fmt)
+
+
+_register(ReferenceFormat(
+    "cohen", "gaussian", "state_dict", True, {"cifar10": "standardize", "imagenet": "standardize"},
+    "locuslab/smoothing code/train.py, code/architectures.py, code/datasets.py"))
+_register(ReferenceFormat(
+    "salman", "smoothadv", "state_dict", True, {"cifar10": "center", "imagenet": "center"},
+    "Hadisalman/smoothing-adversarial code/train_pgd.py, code/architectures.py (3911bd8), "
+    "code/datasets.py"))
+_register(ReferenceFormat(
+    "jeong", "consistency", "state_dict", True,
+    {"cifar10": "standardize", "imagenet": "standardize", "mnist": "none"},
+    "jh-jeong/smoothing-consistency code/train_consistency.py, code/architectures.py, "
+    "code/datasets.py"))
+_register(ReferenceFormat(
+    "macer", "macer", "net", False, {"mnist": "none", "cifar10": "none", "svhn": "none"},
+    "RuntianZ/macer main.py, model.py"))
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """The per-channel (x − mean) / std that the imported model applies to pixels in [0, 1]."""
+
+    mode: str  # "standardize", "center" (std 1) or "none" (mean 0, std 1)
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    source: str
+
+
+def resolve_normalization(fmt: ReferenceFormat, spec, mode: str = "reference") -> Normalization:
+    """The normalization of ``fmt``'s models of dataset ``spec`` (a ``DatasetSpec``), or the one
+    ``mode`` asks for. "standardize" and "center" use the reference constants where the reference
+    code has them (cifar10, imagenet), else the dataset registry's mean and std."""
+    if mode not in NORMALIZATIONS:
+        raise unknown_name("normalization", mode, NORMALIZATIONS)
+    if mode == "reference":
+        if spec.name not in fmt.normalization:
+            raise SmoothcertError(
+                f"the {fmt.name} code ({fmt.source.split()[0]}) has no {spec.name} models, so no "
+                f"reference normalization is known; pass --normalization standardize, center or "
+                f"none to state what the file was trained with"
+            )
+        mode = fmt.normalization[spec.name]
+    channels = spec.input_shape[0]
+    if mode == "none":
+        return Normalization("none", (0.0,) * channels, (1.0,) * channels, "identity")
+    if spec.name in REFERENCE_STATS:
+        (mean, std), source = REFERENCE_STATS[spec.name], _STATS_SOURCE
+    else:
+        mean, std, source = spec.mean, spec.std, f"smoothcert dataset registry ({spec.name})"
+    if mode == "center":
+        std = (1.0,) * len(mean)
+    return Normalization(mode, tuple(mean), tuple(std), source)
+
+
+def read_reference(path: str | os.PathLike) -> object:
+    """``torch.load(path, weights_only=True)`` on CPU; a file that needs code to unpickle is
+    refused with one clear error."""
+    path = Path(path)
+    if not path.is_file():
+        raise SmoothcertError(f"{path} does not exist; check the path")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise SmoothcertError(
+            f"{path} is not a plain state-dict checkpoint: weights-only loading refused it "
+            f"({type(err).__name__}); it may hold pickled code (e.g. a whole model saved with "
+            f"torch.save(model)): re-save model.state_dict() where you trust the file"
+        ) from err
+
+
+def reference_weights(obj, fmt: ReferenceFormat, where) -> dict[str, torch.Tensor]:
+    """The network weights in a loaded reference file, keyed as in our model (``1.<net key>``),
+    with every ``module.`` component dropped."""
+    weights = obj.get(fmt.weights_key) if isinstance(obj, dict) else None
+    if not isinstance(weights, Mapping) or not all(
+        isinstance(v, torch.Tensor) for v in weights.values()
+    ):
+        held = ", ".join(map(repr, obj)) if isinstance(obj, dict) else type(obj).__name__
+        raise SmoothcertError(
+            f"{where} is not a {fmt.name} checkpoint: that holds a state dict under "
+            f"{fmt.weights_key!r}, this file holds {held or 'nothing'}; check --format"
+        )
+    out: dict[str, torch.Tensor] = {}
+    for key, value in weights.items():
+        name = ".".join(part for part in str(key).split(".") if part != "module")
+        name = name if fmt.sequential else f"1.{name}"
+        if name in out:
+            raise SmoothcertError(f"{where} holds {name!r} twice (with and without 'module.')")
+        out[name] = value
+    return out
+
+
+def load_reference_weights(
+    model: nn.Module, weights: dict[str, torch.Tensor], where, target: str = "the model"
+) -> None:
+    """Load ``weights`` into ``model``'s network (strict), keeping its normalization buffers; one
+    error, naming ``target``, lists a few missing, unexpected and mis-shaped keys."""
+    expected = model.state_dict()
+    under_net = any(k.startswith("1.") for k in weights)
+    weights = dict(weights)
+    for key, value in expected.items():  # absent from files written before PyTorch 0.4.1
+        if key.endswith(".num_batches_tracked") and key not in weights:
+            weights[key] = value
+    # The references' normalization layers have no state: "0.*" in a file is foreign.
+    unexpected = [k for k in weights if k not in expected or k.startswith("0.")]
+    missing = [k for k in expected if k not in weights and not k.startswith("0.")]
+    shapes = [f"{k} {tuple(weights[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
+              if k in weights and weights[k].shape != v.shape]
+    if missing or unexpected or shapes:
+        raise SmoothcertError(f"{where} does not fit {target}: " + _fit_report(
+            missing, unexpected, shapes, under_net) + "; check --arch, --dataset and --format")
+    model.load_state_dict({**weights, "0.mean": expected["0.mean"], "0.std": expected["0.std"]},
+                          strict=True)
+
+
+def _fit_report(missing: list[str], unexpected: list[str], shapes: list[str],
+                under_net: bool) -> str:
+    parts = [f"{len(keys)} {what} ({_few(keys)})" for what, keys in
+             (("missing keys", missing), ("unexpected keys", unexpected),
+              ("shape mismatches (file vs model)", shapes)) if keys]
+    if not under_net:
+        parts.append("no file key starts with '1.' (the Sequential(NormalizeLayer, net) layout)")
+    return ", ".join(parts)
+
+
+def _few(keys: list[str], count: int = 3) -> str:
+    return ", ".join(keys[:count]) + (", …" if len(keys) > count else "")
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def import_checkpoint(
+    path: str | os.PathLike,
+    fmt: str,
+    *,
+    arch: str,
+    dataset: str,
+    sigma: float,
+    out: str | os.PathLike,
+    normalization: str = "reference",
+    overwrite: bool = False,
+) -> Path:
+    """Convert the reference checkpoint at ``path`` (format ``fmt``, a key of :data:`FORMATS`)
+    into a smoothcert checkpoint at ``out``; returns ``out``.
+
+    The model is ``build_model(arch, …)`` for ``dataset`` with the normalization of
+    :func:`resolve_normalization`; ``sigma`` (pixel units) is the training noise level, which the
+    reference files do not store. The meta records the format's method, σ and
+    ``imported_from`` (format, file, sha256, normalization and its source). Everything is checked
+    before ``out`` is written, atomically; an existing ``out`` is refused unless ``overwrite``.
+    """
+    from ..data import dataset_spec
+
+    reference, spec = FORMATS[fmt], dataset_spec(dataset)
+    sigma = check_positive_finite("sigma", sigma)
+    norm = resolve_normalization(reference, spec, normalization)
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise SmoothcertError(f"{out} already exists; choose another --out or pass --force")
+    obj = read_reference(path)
+    weights = reference_weights(obj, reference, path)
+    stated_arch = _check_arch(obj, arch, path)
+    model = build_model(arch, spec.num_classes, spec.input_shape, norm.mean, norm.std)
+    load_reference_weights(model, weights, path, f"{arch} for {spec.name}")
+    provenance = {
+        "format": reference.name,
+        "file": os.fspath(path),
+        "sha256": file_sha256(path),
+        "source": reference.source,
+        "arch_in_file": stated_arch,
+        "normalization": norm.mode,
+        "normalization_source": norm.source,
+    }
+    meta = checkpoint_meta(
+        arch=arch, dataset=spec.name, num_classes=spec.num_classes, input_shape=spec.input_shape,
+        mean=norm.mean, std=norm.std, noise={"name": "gaussian", "sigma": sigma},
+        method={"name": reference.method, "hparams": {}}, epoch=_epoch(obj),
+        config={"format": reference.name, "arch": arch, "dataset": spec.name, "sigma": sigma,
+                "normalization": normalization},
+    )
+    meta["imported_from"] = provenance
+    return save_checkpoint(out, model, meta)
+
+
+def _check_arch(obj, arch: str, where) -> str | None:
+    """The file's own ``arch`` entry; refuse one of our architectures other than ``arch``."""
+    stated = obj.get("arch") if isinstance(obj, dict) else None
+    if not isinstance(stated, str):
+        return None
+    if stated in MODELS and stated != arch:
+        raise SmoothcertError(f"{where} says arch {stated!r}, --arch is {arch!r}; pass --arch "
+                              f"{stated}")
+    return stated
+
+
+def _epoch(obj) -> int:
+    """Completed training epochs as the file states them (Cohen et al. save epoch + 1, MACER its
+    1-based epoch); 0 when absent."""
+    epoch = obj.get("epoch") if isinstance(obj, dict) else None
+    return epoch if type(epoch) is int and epoch >= 0 else 0

@@ -1,0 +1,195 @@
+"""``smoothcert import-checkpoint``: the reference implementations' released layouts.
+
+Each file is built here in a reference layout from a randomly initialised network of ours, its
+keys renamed as the reference code names them. The oracle is closed-form: the imported model on
+pixels x must equal the reference network on (x − mean) / std, with the mean and std the
+reference code used (numbers copied from the repositories, not from smoothcert).
+"""
+
+import hashlib
+
+import pytest
+import torch
+from torch import nn
+
+from smoothcert.cli import main
+from smoothcert.methods import METHODS
+from smoothcert.models import MODELS, model_from_checkpoint
+from smoothcert.models.importers import FORMATS
+
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)  # locuslab/smoothing code/datasets.py
+CIFAR_STD = (0.2023, 0.1994, 0.2010)
+SHAPES = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
+SIGMA = "0.25"
+
+# (format, arch, dataset, file key of a net key, weights entry, mean, std, our method)
+CASES = {
+    "cohen": ("cohen", "cifar_resnet20", "cifar10", "1.{}", "state_dict", CIFAR_MEAN, CIFAR_STD,
+              "gaussian"),
+    "cohen-dataparallel": ("cohen", "cifar_resnet20", "cifar10", "1.module.{}", "state_dict",
+                           CIFAR_MEAN, CIFAR_STD, "gaussian"),
+    # Salman et al.'s released InputCenterLayer: x − mean, no division.
+    "salman-module-first": ("salman", "cifar_resnet20", "cifar10", "module.1.{}", "state_dict",
+                            CIFAR_MEAN, (1.0, 1.0, 1.0), "smoothadv"),
+    "jeong-mnist": ("jeong", "lenet", "mnist", "1.{}", "state_dict", (0.0,), (1.0,),
+                    "consistency"),
+    "jeong-cifar": ("jeong", "cifar_resnet20", "cifar10", "1.{}", "state_dict", CIFAR_MEAN,
+                    CIFAR_STD, "consistency"),
+    "macer-mnist": ("macer", "lenet", "mnist", "{}", "net", (0.0,), (1.0,), "macer"),
+    "macer-dataparallel": ("macer", "cifar_resnet20", "cifar10", "module.{}", "net",
+                           (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), "macer"),
+}
+
+
+def reference_net(arch, dataset, seed=0):
+    """A random network with non-trivial BatchNorm statistics, in eval mode."""
+    torch.manual_seed(seed)
+    net = MODELS[arch](10, SHAPES[dataset])
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+    return net.eval()
+
+
+def write_reference(path, net, key, entry, legacy=False, **extra):
+    weights = {key.format(k): v.clone() for k, v in net.state_dict().items()}
+    torch.save({entry: weights, **extra}, path, _use_new_zipfile_serialization=not legacy)
+    return path
+
+
+def import_ckpt(src, out, fmt, arch, dataset, *extra):
+    return main(["import-checkpoint", str(src), "--format", fmt, "--arch", arch,
+                 "--dataset", dataset, "--sigma", SIGMA, "--out", str(out), *extra])
+
+
+def assert_same_function(out, net, dataset, mean, std):
+    """ours(x) == net((x − mean) / std) on random pixels x in [0, 1]."""
+    ours, meta = model_from_checkpoint(out)
+    x = torch.rand(4, *SHAPES[dataset], generator=torch.Generator().manual_seed(1))
+    m, s = torch.tensor(mean).view(-1, 1, 1), torch.tensor(std).view(-1, 1, 1)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), net((x - m) / s))
+    return meta
+
+
+def one_line_error(capsys, match):
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and match in err, err
+
+
+def test_every_format_names_a_registered_method():
+    assert set(FORMATS) == {"cohen", "salman", "jeong", "macer"}
+    assert all(fmt.method in METHODS for fmt in FORMATS.values())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_import_equals_reference_with_its_normalization(case, tmp_path):
+    fmt, arch, dataset, key, entry, mean, std, method = CASES[case]
+    net = reference_net(arch, dataset)
+    extra = {"arch": arch, "epoch": 90} if entry == "state_dict" else {"epoch": 440, "acc": 0.8}
+    src = write_reference(tmp_path / "checkpoint.pth.tar", net, key, entry, **extra)
+    out = tmp_path / "imported.pt"
+    assert import_ckpt(src, out, fmt, arch, dataset) == 0
+    meta = assert_same_function(out, net, dataset, mean, std)
+    assert meta["arch"] == arch and meta["dataset"] == dataset and meta["num_classes"] == 10
+    assert meta["mean"] == pytest.approx(mean) and meta["std"] == pytest.approx(std)
+    assert meta["noise"] == {"name": "gaussian", "sigma": 0.25}
+    assert meta["method"]["name"] == method and meta["epoch"] == extra["epoch"]
+    source = meta["imported_from"]
+    assert source["format"] == fmt
+    assert source["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+
+
+def test_old_cohen_file_with_optimizer_legacy_format_and_no_bn_counters(tmp_path):
+    """2019 files: torch's legacy (non-zip) serialization, an optimizer state, and (before
+    PyTorch 0.4.1) no BatchNorm num_batches_tracked."""
+    net = reference_net("cifar_resnet20", "cifar10")
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    net(torch.rand(2, 3, 32, 32)).sum().backward()
+    optimizer.step()
+    net.eval()
+    weights = {f"1.{k}": v for k, v in net.state_dict().items()
+               if not k.endswith("num_batches_tracked")}
+    src = tmp_path / "checkpoint.pth.tar"
+    torch.save({"epoch": 90, "arch": "cifar_resnet20", "state_dict": weights,
+                "optimizer": optimizer.state_dict()}, src, _use_new_zipfile_serialization=False)
+    out = tmp_path / "imported.pt"
+    assert import_ckpt(src, out, "cohen", "cifar_resnet20", "cifar10") == 0
+    assert_same_function(out, net, "cifar10", CIFAR_MEAN, CIFAR_STD)
+
+
+def test_salman_standardize_override(tmp_path):
+    """Models trained with Salman et al.'s later code (NormalizeLayer) need the override."""
+    net = reference_net("cifar_resnet20", "cifar10")
+    src = write_reference(tmp_path / "c.pth.tar", net, "1.{}", "state_dict")
+    out = tmp_path / "imported.pt"
+    assert import_ckpt(src, out, "salman", "cifar_resnet20", "cifar10",
+                       "--normalization", "standardize") == 0
+    meta = assert_same_function(out, net, "cifar10", CIFAR_MEAN, CIFAR_STD)
+    assert meta["imported_from"]["normalization"] == "standardize"
+
+
+def test_existing_out_is_refused_unless_forced(tmp_path, capsys):
+    net = reference_net("lenet", "mnist")
+    src = write_reference(tmp_path / "c.pth", net, "{}", "net", epoch=1)
+    out = tmp_path / "imported.pt"
+    out.write_bytes(b"keep me")
+    assert import_ckpt(src, out, "macer", "lenet", "mnist") == 2
+    one_line_error(capsys, "already exists")
+    assert out.read_bytes() == b"keep me"
+    assert import_ckpt(src, out, "macer", "lenet", "mnist", "--force") == 0
+    assert_same_function(out, net, "mnist", (0.0,), (1.0,))
+
+
+def _bad_inputs(tmp_path):
+    """(name, file, format, arch, dataset, expected words in the one-line error)."""
+    resnet = reference_net("cifar_resnet20", "cifar10")
+    lenet = reference_net("lenet", "mnist")
+    plain = write_reference(tmp_path / "plain.pth.tar", resnet, "1.{}", "state_dict")
+    stated = write_reference(tmp_path / "stated.pth.tar", resnet, "1.{}", "state_dict",
+                             arch="cifar_resnet20")
+    pickled = tmp_path / "module.pth.tar"
+    torch.save(resnet, pickled)  # a whole nn.Module: needs code to unpickle
+    macer = write_reference(tmp_path / "macer.pth", lenet, "{}", "net")
+    macer_resnet = write_reference(tmp_path / "macer_resnet.pth", resnet, "{}", "net")
+    bare = write_reference(tmp_path / "bare.pth.tar", lenet, "{}", "state_dict")
+    torch.manual_seed(0)  # e.g. Salman et al.'s 1000-class ImageNet32 pre-training
+    wide = write_reference(tmp_path / "wide.pth.tar", MODELS["cifar_resnet20"](1000, (3, 32, 32)),
+                           "1.{}", "state_dict")
+    return [
+        ("wrong-arch", plain, "cohen", "cifar_resnet56", "cifar10", "missing keys"),
+        ("arch-in-file", stated, "cohen", "cifar_resnet56", "cifar10", "pass --arch"),
+        ("pickled-code", pickled, "cohen", "cifar_resnet20", "cifar10",
+         "not a plain state-dict checkpoint"),
+        ("wrong-container", macer_resnet, "cohen", "cifar_resnet20", "cifar10",
+         "not a cohen checkpoint"),
+        ("num-classes", wide, "salman", "cifar_resnet20", "cifar10",
+         "2 shape mismatches (file vs model) (1.fc.weight (1000, 64) vs (10, 64)"),
+        ("not-sequential", bare, "jeong", "lenet", "mnist", "no file key starts with '1.'"),
+        ("no-reference-normalization", macer, "salman", "lenet", "mnist", "no mnist models"),
+        ("unknown-format", plain, "smoothing", "cifar_resnet20", "cifar10", "invalid choice"),
+        ("missing-file", tmp_path / "nope.pth", "cohen", "cifar_resnet20", "cifar10",
+         "does not exist"),
+    ]
+
+
+def test_bad_inputs_exit_2_with_one_line_and_write_nothing(tmp_path, capsys):
+    for name, src, fmt, arch, dataset, words in _bad_inputs(tmp_path):
+        out = tmp_path / f"{name}.pt"
+        assert import_ckpt(src, out, fmt, arch, dataset) == 2, name
+        one_line_error(capsys, words)
+        assert not out.exists(), name
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".pt") == []
+
+
+def test_sigma_must_be_positive(tmp_path, capsys):
+    src = write_reference(tmp_path / "m.pth", reference_net("lenet", "mnist"), "{}", "net")
+    out = tmp_path / "imported.pt"
+    assert main(["import-checkpoint", str(src), "--format", "macer", "--arch", "lenet",
+                 "--dataset", "mnist", "--sigma", "0", "--out", str(out)]) == 2
+    one_line_error(capsys, "sigma must be a positive")
+    assert not out.exists()
