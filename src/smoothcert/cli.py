@@ -257,7 +257,21 @@ def _dataset_run_args(p) -> None:
     p.add_argument("--out", required=True, help="record file (TSV); a manifest goes beside it")
     p.add_argument("--num-shards", type=int, help="default: WORLD_SIZE or SLURM array size")
     p.add_argument("--shard-index", type=int, help="default: RANK or SLURM array task id")
+    _engine_args(p)
     _add_common(p)
+
+
+def _engine_args(p) -> None:
+    """The engine's optional accelerations; each changes the computed function, so each is
+    recorded in the run's identity."""
+    from .sampling import PRECISIONS
+
+    p.add_argument("--precision", default="fp32", choices=tuple(PRECISIONS),
+                   help="run the model under bf16/fp16 autocast (noise stays float32; the "
+                        "certificate is then for the reduced-precision classifier)")
+    p.add_argument("--channels-last", action="store_true",
+                   help="channels-last memory format for the model and its inputs")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
 
 
 def _run_task(task: str, args, options: dict | None = None) -> None:
@@ -283,6 +297,8 @@ def _run_task(task: str, args, options: dict | None = None) -> None:
         max_count=args.max_count,
         n0=getattr(args, "n0", None),
         device_type=device.type,
+        engine={"precision": args.precision, "channels_last": args.channels_last,
+                "compile": args.compile},
     )
     path = run_dataset(
         cfg,

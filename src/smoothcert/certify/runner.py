@@ -33,6 +33,7 @@ from ..noise import Gaussian
 from ..records import Records, global_indices, open_records, read_records, shard_indices, shard_path
 from ..registry import Registry
 from ..rng import example_generator
+from ..sampling import BatchedVotes
 from ..smoothing import Certificate, Smoothed
 
 
@@ -58,6 +59,9 @@ class RunConfig:
     n0: int | None = None  # CERTIFY's selection draws; PREDICT has none
     device_type: str = "cpu"  # noise streams differ between CPU and CUDA generators
     options: dict = field(default_factory=dict)
+    # The engine's non-default accelerations (``BatchedVotes.settings``); empty = float32 eager,
+    # so the identity of a plain run is the same as before these settings existed.
+    engine: dict = field(default_factory=dict)
 
     def __post_init__(self):
         task = TASKS[self.task]
@@ -73,6 +77,19 @@ class RunConfig:
         object.__setattr__(self, "options", _resolved_options(self.task, task, self.options))
         if task.validate is not None:
             task.validate(self.options)
+        object.__setattr__(self, "engine", _resolved_engine(self.engine))
+
+
+def _resolved_engine(given: dict) -> dict:
+    """The engine settings that differ from the defaults, checked by building an engine."""
+    defaults = BatchedVotes().settings()
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise SmoothcertError(f"unknown engine setting {', '.join(unknown)}; "
+                              f"valid: {', '.join(defaults)}")
+    settings = {key: _typed(key, value, defaults[key]) for key, value in given.items()}
+    BatchedVotes(**settings)
+    return {key: value for key, value in settings.items() if value != defaults[key]}
 
 
 def _resolved_options(name: str, task: Task, given: dict) -> dict:
@@ -110,6 +127,9 @@ class RunContext:
 class Task:
     """A certifier: ``make(run: RunContext)`` returns ``one(x, label, idx, generator) -> row``.
 
+    With ``batched``, ``one(...)`` is instead an engine program (a generator that yields
+    ``sampling.Draws`` and returns the row), and the runner drives many examples at once so
+    that forward batches are filled across inputs.
     The row holds the task's own columns; the runner adds idx, label, time and seed. ``make``
     is called once per run, so a certifier may keep state across examples (and rebuild it
     from ``run.done`` when a run resumes). ``options`` maps each of the certifier's own
@@ -124,6 +144,7 @@ class Task:
     options: dict = field(default_factory=dict)
     validate: Callable[[dict], None] | None = None
     shardable: Callable[[dict], bool] | None = None
+    batched: bool = False
 
 
 TASKS: Registry = Registry("certifier")
@@ -148,30 +169,30 @@ CERTIFY_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time",
 def _certify(run: RunContext) -> Callable:
     cfg, smoothed = run.config, run.smoothed
 
-    def one(x, label, idx, gen):
-        c = smoothed.certify(x, cfg.n0, cfg.n, cfg.alpha, cfg.batch, gen)
+    def program(x, label, idx, gen):
+        c = yield from smoothed.certify_program(x, cfg.n0, cfg.n, cfg.alpha, gen)
         return certificate_row(c, label)
 
-    return one
+    return program
 
 
 def _predict(run: RunContext) -> Callable:
     cfg, smoothed = run.config, run.smoothed
 
-    def one(x, label, idx, gen):
-        p = smoothed.predict(x, cfg.n, cfg.alpha, cfg.batch, gen)
+    def program(x, label, idx, gen):
+        p = yield from smoothed.predict_program(x, cfg.n, cfg.alpha, gen)
         predict = -1 if p.abstained else p.prediction
         return {"predict": predict, "correct": int(predict == label), "count": p.count,
                 "runner_up": p.runner_up_count, "pvalue": p.pvalue, "n": p.n,
                 "alpha": p.alpha, "sigma": cfg.sigma}
 
-    return one
+    return program
 
 
-register_task("certify", Task(CERTIFY_COLUMNS, _certify, needs_n0=True))
+register_task("certify", Task(CERTIFY_COLUMNS, _certify, needs_n0=True, batched=True))
 register_task("predict", Task(
     ("idx", "label", "predict", "correct", "time",
-     "count", "runner_up", "pvalue", "n", "alpha", "sigma", "seed"), _predict))
+     "count", "runner_up", "pvalue", "n", "alpha", "sigma", "seed"), _predict, batched=True))
 
 
 def run_dataset(
@@ -189,17 +210,36 @@ def run_dataset(
     path = shard_path(out, *shard)
     manifest = _manifest(cfg, checkpoint, shard, len(dataset), device)
     writer, done = open_records(path, TASKS[cfg.task].columns, manifest)
-    smoothed = Smoothed(model, Gaussian(cfg.sigma), dataset.num_classes)
+    smoothed = Smoothed(model, Gaussian(cfg.sigma), dataset.num_classes,
+                        BatchedVotes(**cfg.engine))
     run = RunContext(cfg, smoothed, dataset, read_records(path), torch.device(device))
-    certify_one = TASKS[cfg.task].make(run)
+    task = TASKS[cfg.task]
     todo = [i for i in mine if i not in done]
+    rows = _run_batched if task.batched else _run_each
     bar = tqdm(total=len(mine), initial=len(mine) - len(todo), disable=not progress,
                desc=f"{cfg.task} {path.name}", unit="img", dynamic_ncols=True)
     with writer, bar:
-        for idx in todo:
-            writer.write(_run_one(certify_one, dataset, idx, cfg, device))
+        for row in rows(task.make(run), smoothed, dataset, todo, cfg, device):
+            writer.write(row)
             bar.update()
     return path
+
+
+def _run_each(certify_one: Callable, smoothed, dataset, todo, cfg: RunConfig, device):
+    for idx in todo:
+        yield _run_one(certify_one, dataset, idx, cfg, device)
+
+
+def _run_batched(program: Callable, smoothed: Smoothed, dataset, todo, cfg: RunConfig, device):
+    """Rows in the order their programs finish; ``time`` is each example's share of the wall
+    time (``sampling.Finished.seconds``), so the column still adds up to the run's cost."""
+    def example(idx):
+        x, label = dataset.example(idx)
+        row = yield from program(x, label, idx, example_generator(cfg.seed, idx, device))
+        return {"idx": idx, "label": label, "seed": cfg.seed, **row}
+
+    for done in smoothed.run(((idx, example(idx)) for idx in todo), cfg.batch):
+        yield {**done.result, "time": done.seconds}
 
 
 def _check_shardable(cfg: RunConfig, shard) -> None:
