@@ -237,6 +237,9 @@ def _run_args(p, *, with_n0: bool):
     p.add_argument("--sigma", type=float, help="noise level (default: the checkpoint's)")
     if with_n0:
         p.add_argument("--n0", type=int, default=100, help="selection draws (default 100)")
+        p.add_argument("--radii", help="grid of radii of --certifier sequential, e.g. "
+                                       "0,0.25,0.5 (default: 0.25 steps up to the largest "
+                                       "radius --n draws can certify); --n is its n_max")
     _monte_carlo_args(p)
     _dataset_run_args(p)
 
@@ -274,6 +277,13 @@ def _engine_args(p) -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
 
 
+def _certifier_options(args) -> dict:
+    options = _parse_params(args.opt, "--opt")
+    if getattr(args, "radii", None) is not None:
+        options["radii"] = args.radii
+    return options
+
+
 def _run_task(task: str, args, options: dict | None = None) -> None:
     from .certify import RunConfig, run_dataset
     from .certify.runner import file_sha256
@@ -284,7 +294,7 @@ def _run_task(task: str, args, options: dict | None = None) -> None:
     sigma = args.sigma if args.sigma is not None else float(meta["noise"]["sigma"])
     cfg = RunConfig(
         task=getattr(args, "certifier", task),
-        options=options if options is not None else _parse_params(args.opt, "--opt"),
+        options=options if options is not None else _certifier_options(args),
         checkpoint_sha256=file_sha256(args.checkpoint),
         dataset=args.dataset or meta["dataset"],
         split=args.split,

@@ -1,0 +1,148 @@
+"""Sequential certification at a grid of radii: CERTIFY's answer per grid radius, far fewer draws.
+
+Per input: ĉ_A from n0 selection draws (as in Cohen et al.'s CERTIFY), then estimation draws in
+looks of growing size until :func:`smoothcert.sequential.certify_levels` can tell which grid
+radii are certified — stopping as soon as the answer can no longer change, capped at n_max.
+
+Guarantee (per input): with probability ≥ 1−α over the draws, the returned grid radius r_j
+does not exceed the true radius σΦ⁻¹(p_A) of the smoothed classifier at x — no false
+certificate; an abstention (``prediction`` None, radius 0) is always allowed. In particular
+when level ≥ 0, ĉ_A = g(x) (p_A > ½) with the same probability. Reason: the selection draws are
+independent of the estimation draws, and the sequential test's bounds hold simultaneously over
+all looks (``smoothcert.sequential``).
+
+The radius is the *grid* radius, not σΦ⁻¹(p_lower): ``report``'s certified accuracy at each
+grid radius is then exactly what this certifier decides, while its ACR is computed from grid
+radii and is lower than fixed-n CERTIFY's.
+
+Records: CERTIFY's columns — ``nA`` the hits of ĉ_A and ``n`` the estimation draws actually used
+— then ``n_max``, ``p_upper`` (the upper bound at the last look) and ``stopped`` (why sampling
+ended: all / n_max / unreachable / futile).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm
+
+from ..errors import SmoothcertError, check_count, check_probability
+from ..sampling import Draws
+from ..sequential import SEQUENTIAL_TESTS, SequentialTest, certify_levels, grid
+from ..smoothing import Smoothed
+from .runner import CERTIFY_COLUMNS, RunConfig, RunContext, Task, register_task
+
+RADIUS_STEP = 0.25  # spacing of the default grid, as in Cohen et al.'s and Jeong & Shin's tables
+
+
+@dataclass(frozen=True)
+class SequentialCertificate:
+    """Result of sequential certification at a grid of radii.
+
+    Unless ``abstained``, with probability ≥ 1−α over the draws the smoothed classifier predicts
+    ``prediction`` on the whole L2 ball of ``radius`` (a grid radius) around x. On abstention
+    ``prediction`` is None and ``radius`` 0. ``draws`` estimation draws were used (≤ ``n_max``),
+    ``count`` of them votes for ĉ_A.
+    """
+
+    prediction: int | None
+    radius: float
+    abstained: bool
+    p_lower: float
+    p_upper: float
+    count: int
+    n0: int
+    draws: int
+    n_max: int
+    alpha: float
+    sigma: float
+    stopped: str
+
+
+def sequential_program(smoothed: Smoothed, x, n0: int, radii, alpha: float, n_max: int,
+                       generator=None, test: SequentialTest | None = None):
+    """Sequential certification of one input as an engine program (see ``sampling.Draws``).
+
+    The first request holds the n0 selection draws and the first look's draws (every class is
+    counted, so the look needs not wait for ĉ_A); each later request is the next look's draws.
+    """
+    check_count("n0", n0), check_count("n_max", n_max), check_probability("alpha", alpha)
+    test = test if test is not None else SEQUENTIAL_TESTS["union"]()
+    sigma = smoothed.noise.scalar_sigma()
+    grid_radii, thresholds = grid(radii, sigma)
+    x = smoothed.prepare_input(x, generator)
+    levels = certify_levels(test, thresholds, alpha, n_max)
+    selection, counts = yield Draws(x, smoothed.noise, (n0, next(levels)), generator)
+    c_hat = int(selection.argmax())
+    try:
+        while True:
+            (counts,) = yield Draws(x, smoothed.noise, (levels.send(int(counts[c_hat])),),
+                                    generator)
+    except StopIteration as stop:
+        o = stop.value
+    certified = o.level >= 0
+    return SequentialCertificate(
+        c_hat if certified else None, float(grid_radii[o.level]) if certified else 0.0,
+        not certified, o.p_lower, o.p_upper, o.hits, n0, o.draws, n_max, alpha, sigma, o.stopped)
+
+
+def certify_sequential(smoothed: Smoothed, x, n0: int, radii, alpha: float, n_max: int,
+                       batch_size: int, generator=None, test: SequentialTest | None = None
+                       ) -> SequentialCertificate:
+    """Certify one input at the grid ``radii`` with :func:`sequential_program`."""
+    program = sequential_program(smoothed, x, n0, radii, alpha, n_max, generator, test)
+    (done,) = smoothed.run([(None, program)], batch_size)
+    return done.result
+
+
+def default_radii(sigma: float, alpha: float, n_max: int) -> np.ndarray:
+    """0, 0.25, 0.5, … up to the largest radius fixed-n CERTIFY with n_max draws can reach:
+    σΦ⁻¹(α^(1/n_max)), the radius of n_max hits out of n_max (e.g. 0.95 for σ = 0.25,
+    α = 0.001, n = 100,000), so every grid radius is one that fixed-n could certify."""
+    reach = sigma * norm.ppf(alpha ** (1.0 / n_max))
+    return RADIUS_STEP * np.arange(math.floor(reach / RADIUS_STEP) + 1)
+
+
+def parse_radii(text: str, sigma: float, alpha: float, n_max: int) -> np.ndarray:
+    """``"auto"`` (:func:`default_radii`) or comma-separated radii such as ``0,0.25,0.5``."""
+    if text == "auto":
+        return default_radii(sigma, alpha, n_max)
+    try:
+        radii = [float(r) for r in str(text).split(",")]
+    except ValueError:
+        raise SmoothcertError(
+            f"radii must be 'auto' or comma-separated numbers, got {text!r}") from None
+    return grid(radii, sigma)[0]
+
+
+SEQUENTIAL_COLUMNS = CERTIFY_COLUMNS[:-1] + ("n_max", "p_upper", "stopped", "seed")
+OPTIONS = {"radii": "auto", "test": "union"}
+
+
+def _validate(options: dict) -> None:
+    SEQUENTIAL_TESTS[options["test"]]
+    parse_radii(options["radii"], 1.0, 0.5, 2)
+
+
+def _sequential(run: RunContext) -> Callable:
+    cfg: RunConfig = run.config
+    radii = parse_radii(cfg.options["radii"], cfg.sigma, cfg.alpha, cfg.n)
+    test = SEQUENTIAL_TESTS[cfg.options["test"]]()
+
+    def program(x, label, idx, gen):
+        c = yield from sequential_program(run.smoothed, x, cfg.n0, radii, cfg.alpha, cfg.n, gen,
+                                          test)
+        predict = -1 if c.abstained else c.prediction
+        return {"predict": predict, "radius": c.radius, "correct": int(predict == label),
+                "p_lower": c.p_lower, "nA": c.count, "n0": c.n0, "n": c.draws,
+                "alpha": c.alpha, "sigma": c.sigma, "n_max": c.n_max, "p_upper": c.p_upper,
+                "stopped": c.stopped}
+
+    return program
+
+
+register_task("sequential", Task(SEQUENTIAL_COLUMNS, _sequential, needs_n0=True,
+                                 options=OPTIONS, validate=_validate, batched=True))
