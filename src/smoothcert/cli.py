@@ -195,7 +195,8 @@ def cmd_train(args):
         resume=args.resume,
         progress=not args.no_progress,
     )
-    print(f"checkpoint: {path}")
+    if os.environ.get("RANK", "0") == "0":  # once under torchrun
+        print(f"checkpoint: {path}")
 
 
 def _parse_params(items, flag: str = "--param") -> dict:
@@ -287,10 +288,11 @@ def _certifier_options(args) -> dict:
 def _run_task(task: str, args, options: dict | None = None) -> None:
     from .certify import RunConfig, run_dataset
     from .certify.runner import file_sha256
+    from .distributed import rank_device
     from .models.checkpoint import load_checkpoint
 
     meta = load_checkpoint(args.checkpoint).meta
-    device = resolve_device(args.device)
+    device = rank_device(resolve_device(args.device))  # one GPU per torchrun rank
     sigma = args.sigma if args.sigma is not None else float(meta["noise"]["sigma"])
     cfg = RunConfig(
         task=getattr(args, "certifier", task),
@@ -545,7 +547,8 @@ def cmd_import_checkpoint(args):
     path = import_checkpoint(args.file, args.format, arch=args.arch, dataset=args.dataset,
                              sigma=args.sigma, out=args.out, normalization=args.normalization,
                              overwrite=args.force)
-    print(f"checkpoint: {path}")
+    if os.environ.get("RANK", "0") == "0":  # once under torchrun
+        print(f"checkpoint: {path}")
 
 
 # --------------------------------------------------------------------------- demo

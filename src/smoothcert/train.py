@@ -9,7 +9,8 @@ A run lives in one folder::
 
 Every random draw comes from a generator seeded from ``config.seed``: the model's initialisation,
 the per-epoch shuffle (a CPU generator), and the augmentation and noise draws (a generator on the
-training device). Their states go into the checkpoint, so an interrupted run resumed with
+training device; one per process in data-parallel training under ``torchrun``, see
+:func:`train`). Their states go into the checkpoint, so an interrupted run resumed with
 ``resume=True`` ends with the same weights as an uninterrupted one (on the same device and
 software). The trainer never branches on the method: a method returns ``{"loss", "logits", ...}``
 and every other scalar it returns becomes a log column; a method may also hook the start of an
@@ -52,6 +53,7 @@ except ImportError:  # Windows
 
 from .data import augment, load_dataset
 from .data_dependent import SIGMA_MODES
+from .distributed import World, join, merge_rows
 from .errors import SmoothcertError
 from .methods import EpochContext, build_method
 from .models import build_model
@@ -67,7 +69,7 @@ log = logging.getLogger(__name__)
 CHECKPOINT, LOG, CONFIG = "checkpoint.pt", "log.tsv", "config.yaml"
 
 # Stream tags for derived_seed(config.seed, tag): far from dataset example indices.
-_INIT, _SHUFFLE, _NOISE, _EVAL = (0x7EA1_0000 + k for k in range(4))
+_INIT, _SHUFFLE, _NOISE, _EVAL, _HOOK = (0x7EA1_0000 + k for k in range(5))
 
 
 # --------------------------------------------------------------------------- trainer
@@ -78,15 +80,24 @@ class Trainer:
     :meth:`train_state` are what a checkpoint stores, :meth:`load` restores them. With
     ``config.init_checkpoint`` the model starts from that checkpoint's weights (unless
     ``load_init`` is false: a resumed run gets its weights from its own checkpoint).
+
+    ``world`` (default: one process) is this process's place in data-parallel training
+    (:mod:`smoothcert.distributed`); with K > 1 processes ``config.batch_size`` is the global
+    batch, of which this rank trains its 1/K part, and ``train_model`` is ``model`` wrapped in
+    ``DistributedDataParallel``. See :func:`train` for what differs from one process.
     """
 
-    def __init__(self, config: TrainConfig, device="cpu", load_init: bool = True):
+    def __init__(self, config: TrainConfig, device="cpu", load_init: bool = True,
+                 world: World | None = None):
         self.config, self.device = config, torch.device(device)
+        self.world = world if world is not None else World(device=self.device)
+        self.world.check_batch(config.batch_size)
         self.train_data = load_dataset(config.dataset, "train", config.data_root).to(self.device)
         self.test_data = load_dataset(config.dataset, "test", config.data_root).to(self.device)
         self.model = _initial_model(config, self.train_data.spec).to(self.device)
         if load_init and config.init_checkpoint is not None:
             _load_initial_weights(self.model, config)
+        self.train_model = self.world.wrap(self.model)  # what the method's loss runs
         self.method = build_method(config.method, **config.method_params)
         self.noise = Gaussian(config.sigma)  # the run's σ: test accuracy, epoch hooks
         self.per_example_sigma = SIGMA_MODES[config.sigma_mode](
@@ -101,14 +112,23 @@ class Trainer:
         )
         self.scheduler = SCHEDULES[config.lr_schedule](self.optimizer, config)
         self.shuffle_gen = torch.Generator().manual_seed(derived_seed(config.seed, _SHUFFLE))
-        self.noise_gen = _generator(self.device, derived_seed(config.seed, _NOISE))
+        self.noise_gen = _generator(self.device, self._noise_seed())
         self.epoch = 0  # completed epochs
+
+    def _noise_seed(self, *more: int) -> int:
+        """The seed of this process's augmentation and noise stream: (seed, tag) alone, or
+        (seed, tag, rank) for each of K > 1 processes, so the ranks draw different noise."""
+        rank = (self.world.rank,) if self.world.distributed else ()
+        return derived_seed(self.config.seed, _NOISE, *rank, *more)
 
     def train_epoch(self, progress: bool = False) -> dict[str, float]:
         """One pass over the epoch's examples (see :meth:`_batches`); returns its log row.
 
         The epoch's ``seconds`` and ``peak_mem_mb`` include the method's epoch hook (e.g. an
-        estimate of p̂A over the training set), not the test-accuracy evaluation.
+        estimate of p̂A over the training set), not the test-accuracy evaluation. With K > 1
+        processes the losses and the training accuracy are means over all ranks' examples (as
+        one process would log them for the same global batches), ``seconds`` and
+        ``peak_mem_mb`` are this rank's, and only rank 0 measures ``test_acc`` (NaN elsewhere).
         """
         _reset_peak_memory(self.device)
         lr, start, meter = self.optimizer.param_groups[0]["lr"], time.perf_counter(), _Meter()
@@ -117,12 +137,14 @@ class Trainer:
         bar = tqdm(total=len(batches), desc=f"epoch {self.epoch + 1}/{self.config.epochs}",
                    disable=not progress, file=sys.stderr, leave=False)
         with bar:
-            for i, idx in enumerate(batches):
-                meter.update(*self._step(idx))
+            for i, batch in enumerate(batches):
+                meter.update(*self._step(batch))
                 if progress and (i % 10 == 9 or i == len(batches) - 1):  # syncs: not per batch
                     bar.set_postfix(loss=f"{meter.mean('loss'):.3f}", acc=f"{meter.accuracy():.3f}")
                 bar.update()
         _synchronize(self.device)  # count the queued kernels in the epoch's time
+        meter = meter.reduced(self.world)
+        self._merge_per_example_sigma(batches)
         cost = {"seconds": time.perf_counter() - start, "peak_mem_mb": _peak_memory_mb(self.device)}
         self.scheduler.step()
         self.epoch += 1
@@ -150,31 +172,53 @@ class Trainer:
         _synchronize(self.device)
         return time.perf_counter() - start
 
-    def _step(self, idx: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def _step(self, batch: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """One optimizer step on the global ``batch`` (indices); this rank trains on its part.
+        Returns the method's output and the labels of the part."""
+        idx = self.world.part(batch)
         x, y = self.train_data.batch(idx)
         x = augment(self.train_data.spec.augmentation, x, self.noise_gen)
         noise = self.per_example_sigma.noise_for(self.model, x, idx, self.noise_gen, self.epoch)
-        self.model.train()
-        out = self.method.loss(self.model, x, y, noise, self.noise_gen)
+        self.train_model.train()
+        out = self.method.loss(self.train_model, x, y, noise, self.noise_gen)
+        loss, scale = out["loss"], self.world.loss_scale(len(idx), len(batch))
         self.optimizer.zero_grad(set_to_none=True)
-        out["loss"].backward()
+        (loss if scale == 1 else loss * scale).backward()  # DDP averages the ranks' gradients
         self.optimizer.step()
         return out, y
 
     def _batches(self) -> list[torch.Tensor]:
-        """This epoch's index batches: the method's order (:meth:`epoch_indices`) or a shuffle
-        of the whole training set; a last batch of one joins the previous one (BatchNorm cannot
-        normalise a single example)."""
-        n = len(self.train_data)
+        """This epoch's global index batches: the method's order (:meth:`epoch_indices`) or a
+        shuffle of the whole training set (with K > 1 processes rank 0's order, broadcast), cut
+        into batches of ``config.batch_size``; a last batch with fewer than two examples per
+        process joins the previous one (BatchNorm cannot normalise a single example)."""
+        n, k = len(self.train_data), self.world.size
         order = self.method.epoch_indices(self.epoch, n, self.shuffle_gen)
         if order is None:
             order = torch.randperm(n, generator=self.shuffle_gen)
         else:
             _check_indices(order, n, self.method.name)
+        order = self.world.broadcast_order(order)
+        if len(order) < 2 * k:
+            raise SmoothcertError(
+                f"the epoch visits {len(order)} examples, fewer than two for each of {k} "
+                "processes; use fewer processes"
+            )
         batches = list(order.to(self.device).split(self.config.batch_size))
-        if len(batches) > 1 and len(batches[-1]) == 1:
+        if len(batches) > 1 and len(batches[-1]) < 2 * k:
             batches[-2:] = [torch.cat(batches[-2:])]
         return batches
+
+    def _merge_per_example_sigma(self, batches: list[torch.Tensor]) -> None:
+        """With K > 1 processes each rank optimised the σ of its own examples only; give every
+        rank all of them (an example is visited once per epoch, so this is exact)."""
+        sigmas = self.per_example_sigma.state()  # None for a fixed σ
+        if not self.world.distributed or sigmas is None:
+            return
+        mine = torch.zeros(len(sigmas), dtype=torch.bool)
+        for batch in batches:
+            mine[self.world.part(batch).cpu()] = True
+        self.per_example_sigma.load_state(merge_rows(self.world, sigmas, mine))
 
     def _row(self, lr: float, meter: _Meter, cost: dict[str, float]) -> dict[str, float]:
         means = meter.means()
@@ -185,7 +229,8 @@ class Trainer:
             )
         head = {"epoch": self.epoch, "lr": lr, "loss": means.pop("loss")}
         sigmas = self.per_example_sigma.log_columns()  # none for a fixed σ
-        tail = {"test_acc": self.noisy_test_accuracy(), **cost, **sigmas}
+        test_acc = self.noisy_test_accuracy() if self.world.is_main else math.nan
+        tail = {"test_acc": test_acc, **cost, **sigmas}
         return {**head, "train_acc": meter.accuracy(), **tail, **means}
 
     def noisy_test_accuracy(self) -> float:
@@ -203,12 +248,18 @@ class Trainer:
         return correct.item() / n
 
     def _context(self) -> EpochContext:
+        """What the method's epoch hook sees. Its generator is the training stream with one
+        process; with K > 1 it is one seeded from (seed, epoch), the same on every rank, so the
+        hook's draws (and the method state they decide) agree across the ranks."""
+        generator = self.noise_gen
+        if self.world.distributed:
+            generator = _generator(self.device, derived_seed(self.config.seed, _HOOK, self.epoch))
         return EpochContext(
             self.config.epochs,
             self.model,
             self.train_data,
             self.noise,
-            generator=self.noise_gen,
+            generator=generator,
             device=self.device,
             config=self.config,
         )
@@ -233,8 +284,10 @@ class Trainer:
         return {**meta, "num_hparams": len(self.method.hparams())}
 
     def train_state(self) -> dict[str, Any]:
-        """Everything besides the weights that an exact resume needs."""
-        return {
+        """Everything besides the weights that an exact resume needs. With K > 1 processes
+        every rank must call it (it gathers the ranks' noise generators): the state is rank 0's,
+        plus ``rank_noise_generators``, the noise generator of each rank."""
+        state = {
             "epoch": self.epoch,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": _plain_scheduler_state(self.scheduler.state_dict()),
@@ -243,6 +296,9 @@ class Trainer:
             "method": self.method.state_dict(),
             "per_example_sigma": self.per_example_sigma.state(),  # (N,) float32; None: fixed σ
         }
+        if self.world.distributed:
+            state["rank_noise_generators"] = self.world.gather(self.noise_gen.get_state())
+        return state
 
     def load(self, checkpoint) -> None:
         """Restore weights and training state from a loaded checkpoint of the same config."""
@@ -253,10 +309,28 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(_scheduler_state(state["scheduler"]))
         self.shuffle_gen.set_state(state["shuffle_generator"])
-        self.noise_gen.set_state(state["noise_generator"])
         self.method.load_state_dict(state["method"])
         self.per_example_sigma.load_state(state.get("per_example_sigma"))
         self.epoch = int(state["epoch"])
+        self._load_noise_generator(state)
+
+    def _load_noise_generator(self, state: dict[str, Any]) -> None:
+        """This rank's noise stream where the checkpoint has it (saved by as many processes as
+        now); else, with K > 1 processes, a new stream per rank from (seed, rank, epoch)."""
+        saved = state.get("rank_noise_generators") or [state["noise_generator"]]
+        if len(saved) == self.world.size:
+            self.noise_gen.set_state(saved[self.world.rank])
+            return
+        if self.world.size == 1:
+            self.noise_gen.set_state(state["noise_generator"])  # rank 0's stream
+        else:
+            self.noise_gen.manual_seed(self._noise_seed(self.epoch))
+        if self.world.is_main:
+            log.warning(
+                "resuming a run saved by %d process(es) with %d: weights, optimizer, schedule, "
+                "epoch order and method state continue exactly, the noise streams are new",
+                len(saved), self.world.size,
+            )
 
 
 def _initial_model(config: TrainConfig, spec) -> torch.nn.Module:
@@ -363,6 +437,20 @@ class _Meter:
     def accuracy(self) -> float:
         return float(self.correct) / self.count
 
+    def reduced(self, world: World) -> _Meter:
+        """The meter of all ranks together: sums of sums (float64), of correct and of count."""
+        if not world.distributed:
+            return self
+        keys, device = list(self.sums), world.device
+        local = [self.sums[k].double() for k in keys]
+        local += [torch.as_tensor(self.correct, device=device).double(),
+                  torch.tensor(float(self.count), dtype=torch.float64, device=device)]
+        total = world.all_reduce_sum(torch.stack(local))
+        meter = _Meter()
+        meter.sums = dict(zip(keys, total[: len(keys)]))
+        meter.correct, meter.count = total[-2], int(total[-1])
+        return meter
+
 
 # --------------------------------------------------------------------------- run folder
 def train(
@@ -375,22 +463,47 @@ def train(
     must hold the same config (``data_root`` aside); training continues after its last completed
     epoch with the same schedule and random streams, so the final weights equal those of an
     uninterrupted run. A run whose epochs are all done returns at once.
+
+    Data-parallel: launched by ``torchrun --nproc-per-node K`` (``WORLD_SIZE`` = K > 1), every
+    process calls this with the same arguments; they join a process group (gloo on CPU, NCCL on
+    CUDA, rank r on ``cuda:LOCAL_RANK``; see :mod:`smoothcert.distributed`). Then
+
+    - ``config.batch_size`` B is the global batch, which must be a multiple of K: every epoch's
+      order (the same on all ranks) is cut into global batches and rank r trains on the r-th
+      of K contiguous parts, so the ranks together visit exactly the single-process epoch, and
+      DDP averages the gradients: each step is the single-process step on the same B examples
+      (with BatchNorm, each rank normalises its part with the part's own statistics);
+    - each rank draws its noise and augmentation from its own stream, seeded from
+      (seed, rank): the noise differs from a single-process run's;
+    - the log's losses and training accuracy are means over all ranks' examples (all-reduced
+      once per epoch); ``seconds``, ``peak_mem_mb`` and ``test_acc`` are rank 0's;
+    - only rank 0 writes ``config.yaml``, ``log.tsv`` and ``checkpoint.pt``; the checkpoint
+      holds every rank's noise generator, so a run resumed by as many processes continues
+      exactly as an uninterrupted one (all ranks read the checkpoint). Resumed by another number
+      of processes, everything but the noise streams continues exactly.
     """
-    out = Path(out_dir)
+    with join(device) as world:
+        return _train(config, Path(out_dir), world, resume, progress)
+
+
+def _train(config: TrainConfig, out: Path, world: World, resume: bool, progress: bool) -> Path:
     path = out / CHECKPOINT
     checkpoint = _checkpoint_to_resume(config, path, resume)
     if checkpoint is not None and checkpoint.meta["epoch"] >= config.epochs:
         log.warning("%s: all %d epochs are done; nothing to train", path, config.epochs)
         return path
-    trainer = Trainer(config, device, load_init=checkpoint is None)
+    trainer = Trainer(config, world.device, load_init=checkpoint is None, world=world)
     if checkpoint is not None:
         trainer.load(checkpoint)
         log.info("resuming %s after epoch %d", path, trainer.epoch)
-    _write_config(out, config)
-    epoch_log = _EpochLog(out / LOG, trainer.epoch)
+    progress = progress and world.is_main
+    if world.is_main:
+        _write_config(out, config)
+        epoch_log = _EpochLog(out / LOG, trainer.epoch)
     while trainer.epoch < config.epochs:
         row = trainer.train_epoch(progress)
-        epoch_log.append(row)
+        if world.is_main:
+            epoch_log.append(row)
         _save(path, trainer)
         _report(row, progress)
     return path
@@ -425,7 +538,11 @@ def _check_same_config(config: TrainConfig, meta: dict, path: Path) -> None:
 
 
 def _save(path: Path, trainer: Trainer) -> None:
-    save_checkpoint(path, trainer.model, trainer.meta(), trainer.train_state())
+    """Rank 0 writes the checkpoint; every rank returns once it is on disk."""
+    state = trainer.train_state()  # with K > 1 processes, every rank takes part
+    if trainer.world.is_main:
+        save_checkpoint(path, trainer.model, trainer.meta(), state)
+    trainer.world.barrier()
 
 
 def _write_config(out: Path, config: TrainConfig) -> None:

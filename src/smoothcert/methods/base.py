@@ -61,8 +61,12 @@ class EpochContext:
     ``generator`` is the run's training generator on ``device`` (the one :meth:`TrainingMethod.loss`
     draws from); a method that samples at the start of an epoch (e.g. estimating p̂A of every
     training example) draws from it, so its draws are part of the run's reproducible stream and
-    survive resuming. ``config`` is the run's ``TrainConfig`` (None outside the trainer). The last
-    three fields default to None so that tests may build a context from the first four alone.
+    survive resuming. In data-parallel training (K > 1 processes) it is instead a generator seeded
+    from (run seed, epoch), the same on every rank, so that every rank's hook draws the same
+    numbers and the method's state (which rank 0 saves) agrees across the ranks; ``model`` is
+    then the bare model, not its ``DistributedDataParallel`` wrapper. ``config`` is the run's
+    ``TrainConfig`` (None outside the trainer). The last three fields default to None so that
+    tests may build a context from the first four alone.
     """
 
     num_epochs: int
@@ -118,6 +122,15 @@ class TrainingMethod(abc.ABC):
         Returns at least ``"loss"`` (scalar to minimise) and ``"logits"`` (B, num_classes) from
         which the trainer counts training accuracy; every other entry must be a scalar tensor
         and is logged (as its epoch mean) under its key. Return the same keys on every call.
+
+        In data-parallel training ``model`` is wrapped in ``DistributedDataParallel`` and the
+        batch is this rank's part of the global batch. What keeps every method correct there:
+        ``"loss"`` is a mean over the batch's examples (the trainer weighs the ranks' losses so
+        that DDP's average of their gradients is the gradient of the global mean), and the
+        parameters get their gradients only from the trainer's one ``loss.backward()``: the model
+        may be called several times, and differentiated with respect to its *inputs*
+        (``torch.autograd.grad``, as the attacks do), but never backpropagated into its
+        parameters inside the method.
         """
 
     def on_epoch_start(self, epoch: int, context: EpochContext) -> None:

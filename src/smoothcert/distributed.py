@@ -1,0 +1,190 @@
+"""Data-parallel training on ``torch.distributed``: who this process is, and the few collectives
+the trainer needs.
+
+A run launched by ``torchrun --nproc-per-node K`` has K processes (ranks), each told its place by
+the environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``).
+:func:`join` turns that into a :class:`World`: it joins the default process group only when
+``WORLD_SIZE`` > 1 (backend ``gloo`` for a CPU device, ``nccl`` for CUDA, where rank r of a node
+trains on ``cuda:LOCAL_RANK``) and leaves it afterwards; without ``WORLD_SIZE`` > 1 it is a world
+of one process and no collective runs, so single-process results do not change.
+
+How the trainer uses it (``train.py``): every rank builds the same epoch order (the shuffle
+generator has the same seed everywhere; the order is also broadcast from rank 0, so a method's
+order can never diverge); every global batch of B examples is cut into K contiguous parts by
+:meth:`World.part`, rank r training on part r, so the union of the ranks' examples is exactly the
+single-process epoch. The model is wrapped in ``DistributedDataParallel`` (:meth:`World.wrap`),
+which averages the gradients; :meth:`World.loss_scale` makes that average the gradient of the
+mean loss over the global batch also when the parts differ in size (the last batch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .errors import SmoothcertError
+
+
+@dataclass(frozen=True)
+class World:
+    """Rank ``rank`` of ``size`` data-parallel processes, computing on ``device``.
+
+    ``size`` = 1 (the default) is a single process: every collective is then a no-op that
+    returns its input, so code written for K processes runs unchanged on one.
+    """
+
+    rank: int = 0
+    size: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the process that writes the run's files."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    # ------------------------------------------------------------------ splitting the work
+    def check_batch(self, batch_size: int) -> None:
+        """The global batch must split into equal parts, one per process."""
+        if batch_size % self.size:
+            raise SmoothcertError(
+                f"the batch size {batch_size} is the global batch, split evenly over the "
+                f"{self.size} processes; use a multiple of {self.size}"
+            )
+
+    def part(self, batch: torch.Tensor) -> torch.Tensor:
+        """This rank's contiguous part of a global batch: sizes differ by at most one."""
+        return batch.tensor_split(self.size)[self.rank] if self.distributed else batch
+
+    def loss_scale(self, part_size: int, batch_size: int) -> float:
+        """K·b_r/b: with it, DDP's mean over ranks of the scaled per-rank mean losses is the
+        mean loss over the global batch of b examples (1 when the parts are equal)."""
+        return self.size * part_size / batch_size
+
+    # ------------------------------------------------------------------ collectives
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """``model`` in ``DistributedDataParallel`` (gradients averaged over the ranks, buffers
+        broadcast from rank 0 at each forward); the model itself when alone."""
+        if not self.distributed:
+            return model
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The elementwise sum over the ranks (a new tensor on ``tensor``'s device)."""
+        if not self.distributed:
+            return tensor
+        out = tensor.to(self.device, copy=True)
+        dist.all_reduce(out)
+        return out.to(tensor.device)
+
+    def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Rank 0's ``tensor`` on every rank (same shape and dtype everywhere)."""
+        if not self.distributed:
+            return tensor
+        out = tensor.to(self.device, copy=True)
+        dist.broadcast(out, src=0)
+        return out.to(tensor.device)
+
+    def broadcast_order(self, order: torch.Tensor) -> torch.Tensor:
+        """Rank 0's 1-D int64 ``order`` on every rank, whatever its length on the others."""
+        if not self.distributed:
+            return order
+        length = self.broadcast(torch.tensor([len(order)]))
+        mine = order if len(order) == int(length) else torch.zeros(int(length), dtype=order.dtype)
+        return self.broadcast(mine)
+
+    def gather(self, obj) -> list:
+        """``obj`` of every rank, in rank order (picklable objects)."""
+        if not self.distributed:
+            return [obj]
+        out = [None] * self.size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        """Wait for every rank (a tiny all-reduce, which works alike on gloo and NCCL)."""
+        self.all_reduce_sum(torch.zeros(1, device=self.device))
+
+
+def merge_rows(world: World, values: torch.Tensor, mine: torch.Tensor) -> torch.Tensor:
+    """Rows of ``values`` (N, ...) that only their owners changed, merged over the ranks.
+
+    ``mine`` (N,) bool marks the rows this rank changed; every other row must be equal on all
+    ranks. A row changed by exactly one rank gets that rank's value exactly (x + 0 = x); one
+    changed by several gets their mean.
+    """
+    if not world.distributed:
+        return values
+    shape = (-1,) + (1,) * (values.dim() - 1)
+    owned = mine.to(values.dtype).view(shape)
+    total = world.all_reduce_sum(values * owned)
+    owners = world.all_reduce_sum(mine.to(values.dtype)).view(shape)
+    return torch.where(owners > 0, total / owners.clamp_min(1), values)
+
+
+def world_size_from_env(env: Mapping[str, str] = os.environ) -> int:
+    """``WORLD_SIZE`` as torchrun sets it; 1 when absent."""
+    try:
+        return int(env.get("WORLD_SIZE", "1"))
+    except ValueError:
+        raise SmoothcertError(f"WORLD_SIZE must be an integer, got {env['WORLD_SIZE']!r}") from None
+
+
+def rank_device(device: torch.device, env: Mapping[str, str] = os.environ) -> torch.device:
+    """The device of this rank: ``cuda`` without an index becomes ``cuda:LOCAL_RANK`` (one GPU
+    per process); any other device is kept."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", int(env.get("LOCAL_RANK", "0")))
+    return device
+
+
+LAUNCH_ENV = ("RANK", "MASTER_ADDR", "MASTER_PORT")
+"""What ``env://`` needs besides ``WORLD_SIZE``; torchrun sets all of them."""
+
+
+def _check_launch_env(env: Mapping[str, str]) -> None:
+    missing = [name for name in LAUNCH_ENV if name not in env]
+    if missing:
+        raise SmoothcertError(
+            f"WORLD_SIZE={env['WORLD_SIZE']} asks for data-parallel training, but "
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set; launch with "
+            "torchrun, or unset WORLD_SIZE to train in one process"
+        )
+
+
+@contextlib.contextmanager
+def join(device="cpu", env: Mapping[str, str] = os.environ) -> Iterator[World]:
+    """The :class:`World` of this process for a block.
+
+    An already initialised default process group (e.g. one the caller set up) is used as it is.
+    Otherwise, with ``WORLD_SIZE`` > 1 in ``env`` (torchrun), the process joins one through
+    ``env://`` (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``), backend ``gloo`` on CPU and
+    ``nccl`` on CUDA, and leaves it when the block ends. Else it is a world of one.
+    """
+    device = torch.device(device)
+    joined = not dist.is_initialized() and world_size_from_env(env) > 1
+    if joined or (dist.is_initialized() and dist.get_world_size() > 1):
+        device = rank_device(device, env)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+    if joined:
+        _check_launch_env(env)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method="env://")
+    try:
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            yield World(dist.get_rank(), dist.get_world_size(), device)
+        else:
+            yield World(0, 1, device)
+    finally:
+        if joined:
+            dist.destroy_process_group()
