@@ -238,7 +238,8 @@ class SequentialOutcome:
     simultaneous over looks, and ``level`` is the largest j with thresholds[j] < p_lower.
     ``stopped`` says why sampling stopped: "all" (every grid point certified), "n_max" (the draw
     budget is spent), "unreachable" (no later look can certify the next threshold even if every
-    remaining draw is a hit) or "futile" (p_upper < the next threshold).
+    remaining draw is a hit) or "futile" (not even hits at rate p_upper would certify the next
+    threshold by n_max).
     """
 
     level: int
@@ -264,14 +265,18 @@ def certify_levels(
       2. level ← the largest j with thresholds[j] < p_lower (strict), −1 if none;
       3. stop if (a) level is the last grid point, (b) t = n_max, (c) no later look s could
          certify the next threshold even with all s − t further draws hits (deterministic), or
-         (d) p_upper < the next threshold (futility).
+         (d) futility: with the remaining n_max − t draws hitting at rate p_upper, the bound at
+         n_max, L(k + p_upper·(n_max − t), n_max), would still not pass the next threshold (in
+         particular whenever p_upper < the next threshold).
 
     Guarantee: whatever the stopping, with probability ≥ 1 − α over the draws, level = −1 or
     thresholds[level] < p_A, i.e. the returned grid radius does not exceed the true radius
     σ Φ⁻¹(p_A) — no false certificate. Reason: a false certificate needs some look with
     L(k_t, t) > p_A, which has probability ≤ α by the test's simultaneous validity; stopping only
-    removes looks. Rule (d) therefore never costs soundness, only power: it stops an input whose
-    p_A exceeds the next threshold only if some U(k_t, t) < p_A, again probability ≤ α.
+    removes looks. Rule (d) therefore never costs soundness, only power: since p_A ≤ p_upper with
+    probability ≥ 1 − α, the hits that running on to n_max would add are, on average, no more
+    than the projection assumes, so an input stopped by (d) would rarely have been certified at
+    the next threshold by n_max; what it gives up is that chance, not a guarantee.
     """
     test, thr, alpha, n_max = _checked(test, thresholds, alpha, n_max)
     looks = test.looks(n_max)
@@ -312,7 +317,11 @@ def _stop_reason(test, thr, level, k, t, alpha, n_max, p_upper) -> str | None:
     best = test.lower(k + later - t, later, alpha, n_max)  # every further draw a hit
     if np.max(best) <= thr[level + 1]:
         return "unreachable"
-    if p_upper < thr[level + 1]:
+    # (d) futility: let every remaining draw hit at rate p_upper, which is ≥ p_A with probability
+    # ≥ 1−α; if even then the bound at n_max would not pass the next threshold, more draws will
+    # not change the answer (covers p_upper < thr[level + 1], where the projection is lower still).
+    projected = math.floor(k + p_upper * (n_max - t))
+    if test.lower(projected, n_max, alpha, n_max) <= thr[level + 1]:
         return "futile"
     return None
 
