@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 import torch
-from conftest import Halfspace, write_checkpoint
 from torch import nn
 
+from conftest import Halfspace, write_checkpoint
 from smoothcert import Gaussian
 from smoothcert.certify import RunConfig, run_dataset
 from smoothcert.errors import SmoothcertError

@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# Step 5 study (issue 6): the seeds' claims on Fashion-MNIST with LeNet, every run on the one
+# schedule of configs/fashion-mnist/study/_schedule.yaml (18 epochs; its header has the H100
+# budget). Runs (one recipe each in configs/fashion-mnist/study/): gaussian and consistency at
+# σ = 0.25, 0.5, 1.0; at σ = 0.5 stability, smoothadv, smoothadv+consistency, macer, easy_focus
+# (all three parts, and discard / reweigh / attack alone), heat (fine-tuned from gaussian_s050)
+# and gaussian with data-dependent training (gaussian_dd_s050).
+#
+# Every run certifies the same 500 test images (every 20th, --skip 20 --max 500), seed 0, α = 0.001:
+#   certify.tsv         Cohen et al.'s CERTIFY, n0 = 100, n = 10,000
+#   sequential.tsv      --certifier sequential, n_max = 100,000, on the grid 0, 0.25, … up to the
+#                       largest radius CERTIFY with n = 10,000 can reach, σΦ⁻¹(α^(1/10⁴)) = 3.19σ:
+#                       0–0.75 (σ = 0.25), 0–1.5 (σ = 0.5), 0–3.0 (σ = 1.0). So every grid radius
+#                       is one that both certifiers can certify and the two files answer the same
+#                       question there (the default grid, `auto`, would run to the reach of
+#                       n_max = 100,000, 3.81σ, where CERTIFY's n = 10,000 certifies nothing by
+#                       construction and the easy inputs spend ~50,000 draws each).
+#   data_dependent.tsv  Alfarra et al.'s certification (OptimizeSigma, authors' defaults, memory)
+#                       of gaussian_s050, consistency_s050 and the data-dependently trained
+#                       gaussian_dd_s050; n0 = 100, n = 10,000
+#   deterministic.tsv, lbound_heuristic.tsv   heat_s050 as the deterministic HeatSmoothing model
+#                       (CERTIFY of the clean prediction, n = 10,000; the paper's L-bound)
+#
+# Layout: runs/step5/NAME/ holds the checkpoint, log, config, wall_time.tsv and the records while
+# they are produced (runs/ is out of git; it survives between calls on one machine). Once a run's
+# records are complete they are copied, without the checkpoint, to results/step5/NAME/, and when
+# all runs are there the report pieces are written to results/step5/*.md, *.png (from the
+# copies in results/, so docs/RESULTS.md can cite them) and results/step5/train_time.tsv.
+# A run complete in results/step5/NAME/ is skipped; delete that folder (and runs/step5/NAME/)
+# to redo it. Everything resumes: rerun after an interruption.
+#
+# Usage: results/step5_study.sh [DEVICE [RUN...]]   (DEVICE: auto, cpu or cuda; RUNs: a subset)
+# Environment: DATA_ROOT (default .data when it holds the Fashion-MNIST IDX files, else the
+# library's search), JOBS (certification processes at once, default 1; JOBS=4 on one H100 cuts
+# the certification phase from ~13 to ~5 minutes; training is always one run at a time, so its
+# timings are not disturbed), PYTHON (interpreter used when `smoothcert` is not installed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH"  # the make-installed smoothcert, when there is one
+if ! command -v smoothcert >/dev/null 2>&1; then  # e.g. the GPU machine: run from src/
+    smoothcert() {
+        PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" -c \
+            'import sys; from smoothcert.cli import main; sys.exit(main())' "$@"
+    }
+fi
+
+device=${1:-auto}
+recipes=configs/fashion-mnist/study
+work=runs/step5
+out=results/step5
+count=500  # test images certified per record file
+jobs_max=${JOBS:-1}
+data_root=${DATA_ROOT:-}
+if [[ -z $data_root && -f .data/train-images-idx3-ubyte.gz ]]; then
+    data_root=.data
+fi
+data=()
+if [[ -n $data_root ]]; then
+    data=(--data-root "$data_root")
+fi
+
+RUNS=(gaussian_s025 gaussian_s050 gaussian_s100 consistency_s025 consistency_s050 consistency_s100
+      stability_s050 smoothadv_s050 smoothadv_consistency_s050 macer_s050
+      easy_focus_s050 easy_focus_discard_s050 easy_focus_reweigh_s050 easy_focus_attack_s050
+      heat_s050 gaussian_dd_s050)  # gaussian_s050 before heat_s050, which starts from it
+sample=(--skip 20 --max "$count" --seed 0 --alpha 0.001 --batch 10000 --device "$device"
+        --no-progress "${data[@]}")
+
+records_of() {  # the record files (stems) of run $1
+    local stems=(certify sequential)
+    case $1 in
+        gaussian_s050 | consistency_s050 | gaussian_dd_s050) stems+=(data_dependent) ;;
+        heat_s050) stems+=(deterministic lbound_heuristic) ;;
+    esac
+    echo "${stems[@]}"
+}
+
+grid_of() {  # sequential grid of run $1: 0.25 steps up to CERTIFY's n = 10,000 reach (3.19σ)
+    case $1 in
+        *_s025) echo 0,0.25,0.5,0.75 ;;
+        *_s050) echo 0,0.25,0.5,0.75,1,1.25,1.5 ;;
+        *_s100) echo 0,0.25,0.5,0.75,1,1.25,1.5,1.75,2,2.25,2.5,2.75,3 ;;
+        *) echo "no σ suffix in run name $1" >&2; return 2 ;;
+    esac
+}
+
+complete() {  # record file $1 holds all $count rows (plus its header)
+    [[ -f $1 ]] && (( $(wc -l <"$1") > count ))
+}
+
+published() {  # run $1 is done: config, log and every complete record file in results/step5/$1
+    local stem
+    [[ -f $out/$1/config.yaml && -f $out/$1/log.tsv ]] || return 1
+    for stem in $(records_of "$1"); do
+        complete "$out/$1/$stem.tsv" || return 1
+    done
+}
+
+epochs_logged() {  # completed epochs in the log of run folder $1
+    if [[ -f $1/log.tsv ]]; then echo $(( $(wc -l <"$1/log.tsv") - 1 )); else echo 0; fi
+}
+
+hardware() {
+    local gpu
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
+    echo "${gpu:-$(uname -m) CPU}"
+}
+
+train_run() {  # train run $1 (resuming), appending this invocation's wall time to wall_time.tsv
+    local name=$1 dir=$work/$1 started start before seconds
+    if [[ -f $dir/trained ]]; then return; fi
+    if [[ $name == heat_s050 && ! -f $work/gaussian_s050/checkpoint.pt ]]; then
+        echo "heat_s050 fine-tunes $work/gaussian_s050/checkpoint.pt, which is missing: run" \
+             "gaussian_s050 first (delete $out/gaussian_s050 if it was published)" >&2
+        exit 2
+    fi
+    mkdir -p "$dir"
+    before=$(epochs_logged "$dir") started=$(date -u +%FT%TZ) start=$(date +%s.%N)
+    smoothcert train --config "$recipes/$name.yaml" --out "$dir" --resume --device "$device" \
+        --no-progress "${data[@]}"
+    seconds=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    if [[ ! -f $dir/wall_time.tsv ]]; then
+        printf 'started\tseconds\tepochs_before\tepochs_after\tdevice\thardware\n' \
+            >"$dir/wall_time.tsv"
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$started" "$seconds" "$before" "$(epochs_logged "$dir")" \
+        "$device" "$(hardware)" >>"$dir/wall_time.tsv"
+    touch "$dir/trained"
+}
+
+certify() {  # certify RUN STEM ARGS...: the record file runs/step5/RUN/STEM.tsv, unless complete
+    local name=$1 file=$work/$1/$2.tsv
+    shift 2
+    if complete "$file"; then return; fi
+    smoothcert certify "$work/$name/checkpoint.pt" "$@" "${sample[@]}" --out "$file"
+}
+
+launch() {  # run "$@" in the background, at most $jobs_max at once; a failure stops the script
+    while (( $(jobs -rp | wc -l) >= jobs_max )); do wait -n; done
+    "$@" &
+    pids+=($!)
+}
+
+certify_run() {  # certify_run RUN STEM...: queue these record files of the run
+    local name=$1 stem
+    shift
+    for stem in "$@"; do
+        case $stem in
+            certify) launch certify "$name" certify --n0 100 --n 10000 ;;
+            sequential) launch certify "$name" sequential --certifier sequential --n0 100 \
+                            --n 100000 --radii "$(grid_of "$name")" ;;
+            data_dependent) launch certify "$name" data_dependent --certifier data-dependent \
+                                --n0 100 --n 10000 ;;
+            deterministic) launch certify "$name" deterministic --certifier deterministic \
+                               --n 10000 ;;
+            lbound_heuristic) launch certify "$name" lbound_heuristic \
+                                  --certifier lbound-heuristic ;;
+        esac
+    done
+}
+
+publish() {  # copy run $1's small files (not the checkpoint) to results/step5/$1
+    local dir=$work/$1
+    mkdir -p "$out/$1"
+    cp "$dir/config.yaml" "$dir"/*.tsv "$dir"/*.tsv.manifest.json "$out/$1/"
+}
+
+# ---------------------------------------------------------------------------- which runs
+if (( $# > 1 )); then selected=("${@:2}"); else selected=("${RUNS[@]}"); fi
+todo=()
+for name in "${selected[@]}"; do
+    if [[ ! -f $recipes/$name.yaml ]]; then
+        echo "unknown run $name; runs: ${RUNS[*]}" >&2
+        exit 2
+    fi
+    if published "$name"; then echo "done: $name ($out/$name)"; else todo+=("$name"); fi
+done
+
+# ---------------------------------------------------------------------------- train, one at a time
+for name in "${todo[@]}"; do
+    train_run "$name"
+done
+
+# ---------------------------------------------------------------------------- certify
+pids=()
+trap 'if (( ${#pids[@]} )); then kill "${pids[@]}" 2>/dev/null || true; fi' EXIT
+for name in "${todo[@]}"; do  # the long data-dependent jobs first, so JOBS > 1 packs well
+    read -ra stems <<<"$(records_of "$name")"
+    if [[ " ${stems[*]} " == *" data_dependent "* ]]; then
+        certify_run "$name" data_dependent
+    fi
+done
+for name in "${todo[@]}"; do
+    read -ra stems <<<"$(records_of "$name")"
+    for stem in "${stems[@]}"; do
+        if [[ $stem != data_dependent ]]; then certify_run "$name" "$stem"; fi
+    done
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+pids=()
+for name in "${todo[@]}"; do
+    publish "$name"
+done
+
+# ---------------------------------------------------------------------------- report
+missing=()
+for name in "${RUNS[@]}"; do
+    if ! published "$name"; then missing+=("$name"); fi
+done
+if (( ${#missing[@]} )); then
+    echo "reports not written: runs not finished: ${missing[*]}"
+    exit 0
+fi
+
+report() {  # report OUT.md ARGS...: one table, written only when complete
+    local md=$1
+    shift
+    smoothcert report "$@" >"$md.tmp"
+    mv "$md.tmp" "$md"
+}
+files() {  # files STEM RUN...: results/step5/RUN/STEM.tsv for each RUN
+    local stem=$1 name
+    shift
+    for name in "$@"; do echo "$out/$name/$stem.tsv"; done
+}
+sigmas=(gaussian_s025 gaussian_s050 gaussian_s100 consistency_s025 consistency_s050
+        consistency_s100)
+s050=(gaussian_s050 consistency_s050 stability_s050 smoothadv_s050 smoothadv_consistency_s050
+      macer_s050 easy_focus_s050 easy_focus_discard_s050 easy_focus_reweigh_s050
+      easy_focus_attack_s050 heat_s050 gaussian_dd_s050)
+easy=(gaussian_s050 easy_focus_s050 easy_focus_discard_s050 easy_focus_reweigh_s050
+      easy_focus_attack_s050)
+
+# Claim 1 (and the σ-envelopes): gaussian vs consistency at every σ.
+report "$out/sigmas.md" $(files certify "${sigmas[@]}") --radii 0:3:0.25 \
+    --plot "$out/sigmas.png" --ecdf "$out/sigmas_pa_ecdf.png"
+report "$out/envelope_gaussian.md" $(files certify gaussian_s025 gaussian_s050 gaussian_s100) \
+    --radii 0:3:0.25 --envelope --plot "$out/envelope_gaussian.png"
+report "$out/envelope_consistency.md" \
+    $(files certify consistency_s025 consistency_s050 consistency_s100) \
+    --radii 0:3:0.25 --envelope --plot "$out/envelope_consistency.png"
+# Claims 1, 2, 4: every method at σ = 0.5.
+report "$out/methods_s050.md" $(files certify "${s050[@]}") --radii 0:2:0.25 \
+    --plot "$out/methods_s050.png" --ecdf "$out/methods_s050_pa_ecdf.png"
+# Claim 4: the easy-focus parts against their Gaussian baseline (Sun et al.'s Fig. 3 ECDF).
+report "$out/easy_focus.md" $(files certify "${easy[@]}") --radii 0:2:0.25 \
+    --plot "$out/easy_focus.png" --ecdf "$out/easy_focus_pa_ecdf.png"
+# Claim 3: fixed σ vs data-dependent certification, and data-dependent training.
+report "$out/data_dependent.md" \
+    $(for name in gaussian_s050 consistency_s050 gaussian_dd_s050; do
+          files certify "$name"; files data_dependent "$name"; done) \
+    --radii 0:2:0.25 --plot "$out/data_dependent.png"
+# Claim 5: the deterministic HeatSmoothing model against the stochastic Gaussian one.
+report "$out/heat.md" "$out/gaussian_s050/certify.tsv" \
+    $(files certify heat_s050) $(files deterministic heat_s050) \
+    $(files lbound_heuristic heat_s050) --radii 0:2:0.25 --plot "$out/heat.png"
+# Claim 6: sequential vs fixed-n CERTIFY, per σ on the sequential grid.
+report "$out/sequential_s025.md" \
+    $(for name in gaussian_s025 consistency_s025; do files certify "$name"
+          files sequential "$name"; done) --radii 0:0.75:0.25
+report "$out/sequential_s050.md" \
+    $(for name in "${s050[@]}"; do files certify "$name"; files sequential "$name"; done) \
+    --radii 0:1.5:0.25
+report "$out/sequential_s100.md" \
+    $(for name in gaussian_s100 consistency_s100; do files certify "$name"
+          files sequential "$name"; done) --radii 0:3:0.25
+
+# Training cost, from the published logs (in git): seconds summed over the logged epochs, and the
+# wall time of the train commands (process start, data loading and test evaluation included;
+# heat_s050's is its fine-tune only: add gaussian_s050's for the whole model).
+{
+    printf 'name\tmethod\tsigma\tsigma_mode\tepochs\tepoch_seconds\tseconds_per_epoch\twall_seconds'
+    printf '\tresumed\thardware\n'
+    for name in "${RUNS[@]}"; do
+        awk -F'\t' -v name="$name" '
+            FILENAME ~ /config.yaml$/ { split($0, kv, ": "); cfg[kv[1]] = kv[2]; next }
+            FILENAME ~ /log.tsv$/ && FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+            FILENAME ~ /log.tsv$/ { secs += $(col["seconds"]); epochs++; next }
+            FNR > 1 { wall += $2; if ($3 > 0) resumed = 1; hw = $6 }
+            END { printf "%s\t%s\t%s\t%s\t%d\t%.1f\t%.3f\t%.1f\t%s\t%s\n", name, cfg["method"],
+                  cfg["sigma"], cfg["sigma_mode"], epochs, secs, secs / epochs, wall,
+                  resumed ? "yes" : "no", hw }
+        ' "$out/$name/config.yaml" "$out/$name/log.tsv" "$out/$name/wall_time.tsv"
+    done
+} >"$out/train_time.tsv"
+# smoothcert's training-cost table (method, #HP, s/epoch, peak MB, ACR) reads the run folders,
+# checkpoints included, so it is only written where runs/step5 is complete.
+all_checkpoints() {
+    local name
+    for name in "${RUNS[@]}"; do [[ -f $work/$name/checkpoint.pt ]] || return 1; done
+}
+if all_checkpoints; then
+    report "$out/train_cost.md" --train $(for name in "${RUNS[@]}"; do echo "$work/$name"; done)
+else
+    echo "train_cost.md not written: some checkpoints in $work are missing"
+fi
+echo "results: $out"
