@@ -273,10 +273,19 @@ def _check_compatible(meta: dict, dataset) -> None:
         )
 
 
+def _identity(cfg: RunConfig) -> dict:
+    """The run's identity; the engine's settings only when some differ from the defaults, so
+    that plain runs keep the identity they had before the settings existed (and resume)."""
+    identity = dataclasses.asdict(cfg)
+    if not identity["engine"]:
+        del identity["engine"]
+    return identity
+
+
 def _manifest(cfg: RunConfig, checkpoint, shard, dataset_size: int, device) -> dict:
     return {
         "kind": cfg.task,
-        "identity": dataclasses.asdict(cfg),
+        "identity": _identity(cfg),
         "shard": {"index": shard[0], "count": shard[1]},
         "indices": {"dataset_size": dataset_size, "skip": cfg.skip, "max_count": cfg.max_count},
         "provenance": {
