@@ -153,3 +153,20 @@ def test_distinct_labels():
                                                                              "b/certify"]
     assert distinct_labels(["x.tsv", "y.tsv"]) == ["x", "y"]
     assert distinct_labels(["d/x.tsv", "d/x.tsv"]) == ["d/x.tsv", "d/x.tsv"]
+
+
+def test_a_second_writer_on_the_same_file_is_refused_until_the_first_closes(tmp_path):
+    # flock conflicts between two open file descriptions, even within one process.
+    from smoothcert.records import open_records
+
+    out = tmp_path / "r.tsv"
+    manifest = {"identity": {"a": 1}}
+    writer, _ = open_records(out, ("idx", "x"), manifest)
+    with pytest.raises(SmoothcertError, match="another process"):
+        open_records(out, ("idx", "x"), manifest)
+    writer.write({"idx": 0, "x": 1.0})
+    writer.close()
+    assert not (tmp_path / "r.tsv.lock").exists()
+    again, done = open_records(out, ("idx", "x"), manifest)  # resumes once the first is closed
+    again.close()
+    assert done == {0}

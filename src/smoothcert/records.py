@@ -62,9 +62,10 @@ class RecordWriter:
     Open it with :func:`open_records`, which validates and repairs an existing file first.
     """
 
-    def __init__(self, path: Path, columns: Sequence[str]):
+    def __init__(self, path: Path, columns: Sequence[str], lock: _WriterLock | None = None):
         self.path = Path(path)
         self.columns = tuple(columns)
+        self._lock = lock
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (held across writes)
 
     def write(self, row: dict) -> None:
@@ -76,6 +77,8 @@ class RecordWriter:
 
     def close(self) -> None:
         self._file.close()
+        if self._lock is not None:
+            self._lock.release()
 
     def __enter__(self) -> RecordWriter:
         return self
@@ -93,13 +96,49 @@ def open_records(path, columns: Sequence[str], manifest: dict) -> tuple[RecordWr
     path = Path(path)
     _check_writable(path)
     manifest = {**manifest, "columns": list(columns)}
-    if path.exists():
-        done = _resume(path, columns, manifest)
-    else:
-        write_json_atomic(manifest_path(path), manifest)
-        write_text_atomic(path, "\t".join(columns) + "\n")
-        done = set()
-    return RecordWriter(path, columns), done
+    lock = _WriterLock(path)
+    try:
+        if path.exists():
+            done = _resume(path, columns, manifest)
+        else:
+            write_json_atomic(manifest_path(path), manifest)
+            write_text_atomic(path, "\t".join(columns) + "\n")
+            done = set()
+        return RecordWriter(path, columns, lock), done
+    except BaseException:
+        lock.release()
+        raise
+
+
+class _WriterLock:
+    """One writer per record file: an exclusive ``flock`` on ``FILE.lock``, held while the file
+    is written. A second run on the same ``--out`` (a double launch, two shards given the same
+    index) is refused instead of interleaving rows or truncating the other's torn line. The
+    kernel drops the lock when its process dies, so a killed run never blocks the rerun; the
+    lock file is removed on a clean close. Where ``fcntl`` is missing (Windows) nothing is
+    locked."""
+
+    def __init__(self, path: Path):
+        self.path = path.with_name(path.name + ".lock")
+        self._fd = None
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            return
+        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise SmoothcertError(f"{path} is being written by another process; wait for it "
+                                  "or choose another --out") from None
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self._fd)
+            self._fd = None
 
 
 def _resume(path: Path, columns: Sequence[str], manifest: dict) -> set[int]:
