@@ -21,6 +21,7 @@ from smoothcert.data import (
     DATASETS,
     ImageDataset,
     augment,
+    balanced_subset,
     crop_and_flip,
     dataset_spec,
     digits_split_indices,
@@ -466,3 +467,32 @@ def test_cifar10_download_then_read_with_our_reader(tmp_path, monkeypatch):
     monkeypatch.setattr(torchvision.datasets, "CIFAR10", fake_cifar10)
     ds = load_dataset("cifar10", "test", data_root=tmp_path, download=True)
     assert len(written) == 1 and ds.labels.tolist() == written[0]["test"][1]
+
+
+# --------------------------------------------------------------------------- balanced subsets
+def test_balanced_subset_is_fixed_balanced_and_nested():
+    labels = torch.tensor([c for c in range(3) for _ in range(5 + c)])  # 5, 6 and 7 examples
+    nine = balanced_subset(labels, 9)
+    assert torch.bincount(labels[nine], minlength=3).tolist() == [3, 3, 3]
+    assert torch.equal(nine, balanced_subset(labels, 9))  # depends on labels and size only
+    assert nine.tolist() == sorted(set(nine.tolist()))  # sorted, no duplicates
+    assert set(nine.tolist()) < set(balanced_subset(labels, 10).tolist())  # nested
+    # once a class runs out, the others fill the subset: class 0 holds only 5
+    assert torch.bincount(labels[balanced_subset(labels, 17)], minlength=3).tolist() == [5, 6, 6]
+    assert balanced_subset(labels, 18).tolist() == list(range(18))
+
+
+@pytest.mark.parametrize("size", [0, 19, -1])
+def test_balanced_subset_refuses_sizes_outside_the_split(size):
+    labels = torch.tensor([c for c in range(3) for _ in range(6)])
+    with pytest.raises(SmoothcertError, match="train_size must lie in 1..18"):
+        balanced_subset(labels, size)
+
+
+def test_subset_keeps_the_chosen_examples():
+    data = load_dataset("digits", "train")
+    idx = balanced_subset(data.labels, 50)
+    part = data.subset(idx)
+    assert len(part) == 50 and part.spec == data.spec
+    assert torch.bincount(part.labels, minlength=10).tolist() == [5] * 10
+    assert torch.equal(part.images, data.images[idx]) and torch.equal(part.labels, data.labels[idx])

@@ -263,3 +263,24 @@ def test_a_method_can_choose_the_epochs_examples(monkeypatch):
                         lambda self, e, n, g: torch.tensor([0, n]))
     with pytest.raises(RuntimeError, match="epoch_indices must return.*indices in"):
         trainer._batches()
+
+
+def test_train_size_trains_on_the_fixed_balanced_subset(tmp_path):
+    config = TrainConfig.from_dict({**CONFIG.to_dict(), "epochs": 1, "train_size": 100})
+    trainer = Trainer(config)
+    assert len(trainer.train_data) == 100
+    assert torch.bincount(trainer.train_data.labels, minlength=10).tolist() == [10] * 10
+    train(config, tmp_path, progress=False)
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert saved["train_size"] == 100
+    assert TrainConfig.from_dict(saved) == config
+
+
+def test_train_size_flag_and_its_bounds(tmp_path, capsys):
+    base = ["train", "--dataset", "digits", "--arch", "digits_cnn", "--sigma", "0.25",
+            "--epochs", "1", "--batch", "32", "--no-progress"]
+    assert main([*base, "--train-size", "60", "--out", str(tmp_path / "ok")]) == 0
+    assert yaml.safe_load((tmp_path / "ok" / "config.yaml").read_text())["train_size"] == 60
+    assert main([*base, "--train-size", "100000", "--out", str(tmp_path / "big")]) == 2
+    assert "train_size must lie in 1..1438, got 100000" in capsys.readouterr().err
+    assert main([*base, "--train-size", "0", "--out", str(tmp_path / "zero")]) == 2

@@ -141,6 +141,8 @@ def _train_args(p):
     p.add_argument("--dd-step-size", type=float, help="OptimizeSigma step size")
     p.add_argument("--dd-num-samples", type=int, help="noise draws per OptimizeSigma step")
     p.add_argument("--dd-start-epoch", type=int, help="first epoch that optimizes σ")
+    p.add_argument("--train-size", type=int, metavar="N",
+                   help="train on a fixed class-balanced subset of N training examples")
     p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.tsv, config.yaml")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--deterministic", action="store_true",
@@ -171,6 +173,7 @@ _TRAIN_FIELDS = (
     "dd_step_size",
     "dd_num_samples",
     "dd_start_epoch",
+    "train_size",
 )
 
 

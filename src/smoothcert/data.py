@@ -147,10 +147,40 @@ class ImageDataset:
         x = self.images[indices].to(torch.float32).div_(1.0 / self.scale)
         return x, self.labels[indices]
 
+    def subset(self, indices: torch.Tensor) -> ImageDataset:
+        """The examples at ``indices``, as a dataset of their own."""
+        indices = indices.to(self.device)
+        images, labels = self.images[indices], self.labels[indices]
+        return dataclasses.replace(self, images=images, labels=labels)
+
     def example(self, idx: int) -> tuple[torch.Tensor, int]:
         """Example ``idx``: pixels (C, H, W) float32 in [0, 1] and its label."""
         x, y = self.batch(torch.tensor([idx], dtype=torch.long))
         return x[0], int(y[0])
+
+
+SUBSET_SEED = 0  # seed of the per-class permutations of balanced_subset
+
+
+def balanced_subset(labels: torch.Tensor, size: int) -> torch.Tensor:
+    """Sorted indices of a fixed class-balanced subset of ``size`` examples.
+
+    Each class's indices are permuted by one ``np.random.default_rng(SUBSET_SEED)`` (classes in
+    label order); the subset takes the first example of every class, then the second, and so on,
+    until it holds ``size``: class counts differ by at most one where the classes allow it. The
+    subset depends only on the labels and ``size`` (not on a run's seed), so every run of a study
+    trains on the same examples, and a subset of size k is contained in the one of size k + 1.
+    """
+    y = labels.cpu().numpy()
+    if not 1 <= size <= len(y):
+        raise SmoothcertError(f"train_size must lie in 1..{len(y)}, got {size}")
+    rng = np.random.default_rng(SUBSET_SEED)
+    rank = np.empty(len(y), dtype=np.int64)  # position of each example within its class
+    for c in np.unique(y):
+        rows = rng.permutation(np.flatnonzero(y == c))
+        rank[rows] = np.arange(len(rows))
+    order = np.lexsort((y, rank))  # round-robin over the classes, by rank then label
+    return torch.from_numpy(np.sort(order[:size]))
 
 
 def load_dataset(

@@ -51,7 +51,7 @@ try:
 except ImportError:  # Windows
     resource = None
 
-from .data import augment, load_dataset
+from .data import ImageDataset, augment, balanced_subset, load_dataset
 from .data_dependent import SIGMA_MODES
 from .distributed import World, join, merge_rows
 from .errors import SmoothcertError
@@ -92,7 +92,7 @@ class Trainer:
         self.config, self.device = config, torch.device(device)
         self.world = world if world is not None else World(device=self.device)
         self.world.check_batch(config.batch_size)
-        self.train_data = load_dataset(config.dataset, "train", config.data_root).to(self.device)
+        self.train_data = _training_split(config).to(self.device)
         self.test_data = load_dataset(config.dataset, "test", config.data_root).to(self.device)
         self.model = _initial_model(config, self.train_data.spec).to(self.device)
         if load_init and config.init_checkpoint is not None:
@@ -331,6 +331,15 @@ class Trainer:
                 "epoch order and method state continue exactly, the noise streams are new",
                 len(saved), self.world.size,
             )
+
+
+def _training_split(config: TrainConfig) -> ImageDataset:
+    """The examples the run trains on: the whole training split, or its fixed class-balanced
+    subset of ``config.train_size`` examples."""
+    data = load_dataset(config.dataset, "train", config.data_root)
+    if config.train_size is None:
+        return data
+    return data.subset(balanced_subset(data.labels, config.train_size))
 
 
 def _initial_model(config: TrainConfig, spec) -> torch.nn.Module:
