@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
 # Step 5 study (issue 6): the seeds' claims on Fashion-MNIST with LeNet, every run on the one
-# schedule of configs/fashion-mnist/study/_schedule.yaml (18 epochs; its header has the H100
-# budget). Runs (one recipe each in configs/fashion-mnist/study/): gaussian and consistency at
-# σ = 0.25, 0.5, 1.0; at σ = 0.5 stability, smoothadv, smoothadv+consistency, macer, easy_focus
-# (all three parts, and discard / reweigh / attack alone), heat (fine-tuned from gaussian_s050)
-# and gaussian with data-dependent training (gaussian_dd_s050).
+# schedule of configs/fashion-mnist/study/_schedule.yaml (18 epochs over a fixed class-balanced
+# 10,000-example subset of the training split; its header says why). Runs (one recipe each in
+# configs/fashion-mnist/study/): gaussian and consistency at σ = 0.25, 0.5, 1.0; at σ = 0.5
+# stability, smoothadv, smoothadv+consistency, macer, easy_focus (all three parts, and discard /
+# reweigh / attack alone), heat (fine-tuned from gaussian_s050) and gaussian with data-dependent
+# training (gaussian_dd_s050).
 #
 # Every run certifies the same 500 test images (every 20th, --skip 20 --max 500), seed 0, α = 0.001:
 #   certify.tsv         Cohen et al.'s CERTIFY, n0 = 100, n = 10,000
-#   sequential.tsv      --certifier sequential, n_max = 100,000, on the grid 0, 0.25, … up to the
-#                       largest radius CERTIFY with n = 10,000 can reach, σΦ⁻¹(α^(1/10⁴)) = 3.19σ:
-#                       0–0.75 (σ = 0.25), 0–1.5 (σ = 0.5), 0–3.0 (σ = 1.0). So every grid radius
-#                       is one that both certifiers can certify and the two files answer the same
-#                       question there (the default grid, `auto`, would run to the reach of
-#                       n_max = 100,000, 3.81σ, where CERTIFY's n = 10,000 certifies nothing by
-#                       construction and the easy inputs spend ~50,000 draws each).
+#   sequential.tsv      --certifier sequential with the same budget, n_max = n = 10,000, on the
+#                       grid 0, 0.25, … up to the largest radius CERTIFY with n = 10,000 can
+#                       reach, σΦ⁻¹(α^(1/10⁴)) = 3.19σ: 0–0.75 (σ = 0.25), 0–1.5 (σ = 0.5),
+#                       0–3.0 (σ = 1.0); so both certifiers answer the same question at every
+#                       grid radius, with the same largest number of draws
 #   data_dependent.tsv  Alfarra et al.'s certification (OptimizeSigma, authors' defaults, memory)
 #                       of gaussian_s050, consistency_s050 and the data-dependently trained
 #                       gaussian_dd_s050; n0 = 100, n = 10,000
 #   deterministic.tsv, lbound_heuristic.tsv   heat_s050 as the deterministic HeatSmoothing model
 #                       (CERTIFY of the clean prediction, n = 10,000; the paper's L-bound)
+# CERTIFY and the sequential certifier run the torch.compile'd model (--compile: the same
+# float32 classifier, ~1.7× faster on the CPU).
 #
 # Layout: runs/step5/NAME/ holds the checkpoint, log, config, wall_time.tsv and the records while
 # they are produced (runs/ is out of git; it survives between calls on one machine). Once a run's
@@ -29,27 +30,35 @@
 # A run complete in results/step5/NAME/ is skipped; delete that folder (and runs/step5/NAME/)
 # to redo it. Everything resumes: rerun after an interruption.
 #
-# Usage: results/step5_study.sh [DEVICE [RUN...]]   (DEVICE: auto, cpu or cuda; RUNs: a subset)
-# Environment: DATA_ROOT (default .data when it holds the Fashion-MNIST IDX files, else the
-# library's search), JOBS (certification processes at once, default 1; JOBS=4 on one H100 cuts
-# the certification phase from ~13 to ~5 minutes; training is always one run at a time, so its
-# timings are not disturbed), PYTHON (interpreter used when `smoothcert` is not installed).
+# Usage: results/step5_study.sh [MODE [RUN...]]   (RUNs: a subset, default all)
+#   all (default)  train, certify, report; with LANES=2 one lane trains while the other
+#                  certifies the runs already trained, then both certify
+#   train          train the runs, one at a time, in the order of RUNS
+#   certify        certify every trained run's record files, each file claimed by one process
+#                  (flock on FILE.claim), so several `certify` processes share the work; waits
+#                  for runs still being trained by a `train` process, then publishes
+#   report         write the report pieces once every run is published
+# Environment: DEVICE (auto, cpu or cuda; default auto), LANES (processes at once, default 1),
+# DATA_ROOT (default .data when it holds the Fashion-MNIST IDX files, else the library's search),
+# PYTHON (interpreter used when `smoothcert` is not installed). On a 2-core CPU:
+# `OMP_NUM_THREADS=1 LANES=2 results/step5_study.sh`; on one GPU, LANES=4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"  # the make-installed smoothcert, when there is one
-if ! command -v smoothcert >/dev/null 2>&1; then  # e.g. the GPU machine: run from src/
-    smoothcert() {
-        PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" -c \
-            'import sys; from smoothcert.cli import main; sys.exit(main())' "$@"
-    }
+if command -v smoothcert >/dev/null 2>&1; then
+    smoothcert=(smoothcert)
+else  # e.g. the GPU machine: run from src/
+    smoothcert=(env "PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" -c
+                'import sys; from smoothcert.cli import main; sys.exit(main())')
 fi
 
-device=${1:-auto}
+mode=${1:-all}
+device=${DEVICE:-auto}
+lanes=${LANES:-1}
 recipes=configs/fashion-mnist/study
 work=runs/step5
 out=results/step5
 count=500  # test images certified per record file
-jobs_max=${JOBS:-1}
 data_root=${DATA_ROOT:-}
 if [[ -z $data_root && -f .data/train-images-idx3-ubyte.gz ]]; then
     data_root=.data
@@ -60,9 +69,9 @@ if [[ -n $data_root ]]; then
 fi
 
 RUNS=(gaussian_s025 gaussian_s050 gaussian_s100 consistency_s025 consistency_s050 consistency_s100
-      stability_s050 smoothadv_s050 smoothadv_consistency_s050 macer_s050
-      easy_focus_s050 easy_focus_discard_s050 easy_focus_reweigh_s050 easy_focus_attack_s050
-      heat_s050 gaussian_dd_s050)  # gaussian_s050 before heat_s050, which starts from it
+      stability_s050 gaussian_dd_s050 heat_s050 macer_s050 easy_focus_discard_s050
+      easy_focus_reweigh_s050 easy_focus_attack_s050 easy_focus_s050 smoothadv_s050
+      smoothadv_consistency_s050)  # cheapest first; gaussian_s050 before heat_s050 (its start)
 sample=(--skip 20 --max "$count" --seed 0 --alpha 0.001 --batch 10000 --device "$device"
         --no-progress "${data[@]}")
 
@@ -116,7 +125,7 @@ train_run() {  # train run $1 (resuming), appending this invocation's wall time 
     fi
     mkdir -p "$dir"
     before=$(epochs_logged "$dir") started=$(date -u +%FT%TZ) start=$(date +%s.%N)
-    smoothcert train --config "$recipes/$name.yaml" --out "$dir" --resume --device "$device" \
+    "${smoothcert[@]}" train --config "$recipes/$name.yaml" --out "$dir" --resume --device "$device" \
         --no-progress "${data[@]}"
     seconds=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     if [[ ! -f $dir/wall_time.tsv ]]; then
@@ -128,41 +137,63 @@ train_run() {  # train run $1 (resuming), appending this invocation's wall time 
     touch "$dir/trained"
 }
 
-certify() {  # certify RUN STEM ARGS...: the record file runs/step5/RUN/STEM.tsv, unless complete
-    local name=$1 file=$work/$1/$2.tsv
-    shift 2
-    if complete "$file"; then return; fi
-    smoothcert certify "$work/$name/checkpoint.pt" "$@" "${sample[@]}" --out "$file"
+certify_args() {  # the certify flags of record file $2 of run $1
+    case $2 in
+        certify) echo --n0 100 --n 10000 --compile ;;
+        sequential) echo --certifier sequential --n0 100 --n 10000 --radii "$(grid_of "$1")" \
+                         --compile ;;
+        data_dependent) echo --certifier data-dependent --n0 100 --n 10000 ;;
+        deterministic) echo --certifier deterministic --n 10000 ;;
+        lbound_heuristic) echo --certifier lbound-heuristic ;;
+    esac
 }
 
-launch() {  # run "$@" in the background, at most $jobs_max at once; a failure stops the script
-    while (( $(jobs -rp | wc -l) >= jobs_max )); do wait -n; done
-    "$@" &
-    pids+=($!)
-}
-
-certify_run() {  # certify_run RUN STEM...: queue these record files of the run
-    local name=$1 stem
-    shift
-    for stem in "$@"; do
-        case $stem in
-            certify) launch certify "$name" certify --n0 100 --n 10000 ;;
-            sequential) launch certify "$name" sequential --certifier sequential --n0 100 \
-                            --n 100000 --radii "$(grid_of "$name")" ;;
-            data_dependent) launch certify "$name" data_dependent --certifier data-dependent \
-                                --n0 100 --n 10000 ;;
-            deterministic) launch certify "$name" deterministic --certifier deterministic \
-                               --n 10000 ;;
-            lbound_heuristic) launch certify "$name" lbound_heuristic \
-                                  --certifier lbound-heuristic ;;
-        esac
-    done
+certify_file() {  # certify_file RUN STEM: 0 when complete, 1 when another process holds it
+    local name=$1 stem=$2 file=$work/$1/$2.tsv rc=0 args
+    if complete "$file"; then return 0; fi
+    read -ra args <<<"$(certify_args "$name" "$stem")"
+    flock -n -E 75 "$file.claim" "${smoothcert[@]}" certify "$work/$name/checkpoint.pt" \
+        "${args[@]}" "${sample[@]}" --out "$file" || rc=$?
+    if (( rc == 75 )); then return 1; fi
+    if (( rc != 0 )); then exit "$rc"; fi
+    if ! complete "$file"; then echo "$file is incomplete after certify" >&2; exit 1; fi
 }
 
 publish() {  # copy run $1's small files (not the checkpoint) to results/step5/$1
     local dir=$work/$1
     mkdir -p "$out/$1"
     cp "$dir/config.yaml" "$dir"/*.tsv "$dir"/*.tsv.manifest.json "$out/$1/"
+}
+
+training_now() {  # a `train` process of this study is alive
+    [[ -f $work/train.pid ]] && kill -0 "$(cat "$work/train.pid")" 2>/dev/null
+}
+
+train_all() {
+    local name
+    for name in "${todo[@]}"; do train_run "$name"; done
+}
+
+certify_all() {  # certify and publish the trained runs, sharing the files with other processes
+    local name stem busy waiting untrained
+    while :; do
+        busy=0 waiting=0 untrained=()
+        for name in "${todo[@]}"; do
+            if published "$name"; then continue; fi
+            if [[ ! -f $work/$name/trained ]]; then waiting=1 untrained+=("$name"); continue; fi
+            local all=1
+            for stem in $(records_of "$name"); do
+                certify_file "$name" "$stem" || all=0
+            done
+            if (( all )); then publish "$name"; else busy=1; fi
+        done
+        if (( !busy && !waiting )); then return 0; fi
+        if (( waiting && !busy )) && ! training_now; then
+            echo "not trained yet, and no train process is running: ${untrained[*]}" >&2
+            return 1
+        fi
+        sleep 20
+    done
 }
 
 # ---------------------------------------------------------------------------- which runs
@@ -175,32 +206,38 @@ for name in "${selected[@]}"; do
     fi
     if published "$name"; then echo "done: $name ($out/$name)"; else todo+=("$name"); fi
 done
+mkdir -p "$work"
 
-# ---------------------------------------------------------------------------- train, one at a time
-for name in "${todo[@]}"; do
-    train_run "$name"
-done
-
-# ---------------------------------------------------------------------------- certify
-pids=()
-trap 'if (( ${#pids[@]} )); then kill "${pids[@]}" 2>/dev/null || true; fi' EXIT
-for name in "${todo[@]}"; do  # the long data-dependent jobs first, so JOBS > 1 packs well
-    read -ra stems <<<"$(records_of "$name")"
-    if [[ " ${stems[*]} " == *" data_dependent "* ]]; then
-        certify_run "$name" data_dependent
-    fi
-done
-for name in "${todo[@]}"; do
-    read -ra stems <<<"$(records_of "$name")"
-    for stem in "${stems[@]}"; do
-        if [[ $stem != data_dependent ]]; then certify_run "$name" "$stem"; fi
-    done
-done
-for pid in "${pids[@]}"; do wait "$pid"; done
-pids=()
-for name in "${todo[@]}"; do
-    publish "$name"
-done
+case $mode in
+    train)
+        if training_now; then echo "a train process is running: $(cat "$work/train.pid")" >&2
+                              exit 2; fi
+        echo "$BASHPID" >"$work/train.pid"
+        train_all
+        exit 0 ;;
+    certify)
+        certify_all
+        exit 0 ;;
+    all)
+        if (( lanes > 1 )); then  # one lane trains then certifies, the others certify
+            lane_pids=()
+            trap 'kill "${lane_pids[@]}" 2>/dev/null || true' EXIT
+            (train_all && certify_all) &
+            lane_pids+=($!)
+            echo "$!" >"$work/train.pid"
+            for (( lane = 1; lane < lanes; lane++ )); do
+                certify_all &
+                lane_pids+=($!)
+            done
+            for pid in "${lane_pids[@]}"; do wait "$pid"; done
+            trap - EXIT
+        else
+            train_all
+            certify_all
+        fi ;;
+    report) ;;
+    *) echo "unknown mode $mode: all, train, certify or report" >&2; exit 2 ;;
+esac
 
 # ---------------------------------------------------------------------------- report
 missing=()
@@ -215,7 +252,7 @@ fi
 report() {  # report OUT.md ARGS...: one table, written only when complete
     local md=$1
     shift
-    smoothcert report "$@" >"$md.tmp"
+    "${smoothcert[@]}" report "$@" >"$md.tmp"
     mv "$md.tmp" "$md"
 }
 files() {  # files STEM RUN...: results/step5/RUN/STEM.tsv for each RUN
