@@ -320,15 +320,7 @@ report "$out/sequential_s100.md" \
         ' "$out/$name/config.yaml" "$out/$name/log.tsv" "$out/$name/wall_time.tsv"
     done
 } >"$out/train_time.tsv"
-# smoothcert's training-cost table (method, #HP, s/epoch, peak MB, ACR) reads the run folders,
-# checkpoints included, so it is only written where runs/step5 is complete.
-all_checkpoints() {
-    local name
-    for name in "${RUNS[@]}"; do [[ -f $work/$name/checkpoint.pt ]] || return 1; done
-}
-if all_checkpoints; then
-    report "$out/train_cost.md" --train $(for name in "${RUNS[@]}"; do echo "$work/$name"; done)
-else
-    echo "train_cost.md not written: some checkpoints in $work are missing"
-fi
+# smoothcert's training-cost table (method, #HP, s/epoch, peak MB, ACR of certify.tsv), from the
+# published copies (config.yaml stands in for the checkpoint).
+report "$out/train_cost.md" --train $(for name in "${RUNS[@]}"; do echo "$out/$name"; done)
 echo "results: $out"

@@ -64,3 +64,19 @@ def test_not_a_run_folder(tmp_path, capsys):
         read_run(tmp_path)
     assert main(["report", "--train", str(tmp_path)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_run_folder_without_checkpoint_reads_config_yaml(tmp_path):
+    # results/ keeps config.yaml, log.tsv and the records of a run, not its checkpoint
+    run = make_run(tmp_path / "cons", method="consistency",
+                   hparams={"num_noise": 2, "lbd": 10.0, "eta": 0.5},
+                   certify_rows=[(0.5, True), (0.0, False)])
+    with_checkpoint = read_run(run)
+    (run / "config.yaml").write_text(
+        "method: consistency\nmethod_params:\n  num_noise: 2\n  lbd: 10.0\n  eta: 0.5\n"
+        "sigma: 0.25\n")
+    (run / "checkpoint.pt").unlink()
+    assert read_run(run) == with_checkpoint
+    (run / "config.yaml").write_text("sigma: 0.25\n")
+    with pytest.raises(SmoothcertError, match="cannot read the method of"):
+        read_run(run)

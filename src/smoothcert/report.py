@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from .errors import SmoothcertError
 from .metrics import (
@@ -309,24 +310,43 @@ class TrainRun:
 
 
 def read_run(run_dir, name: str | None = None) -> TrainRun:
-    """Summarize a training run folder: checkpoint.pt, log.tsv and any CERTIFY records in it."""
-    from .models.checkpoint import load_checkpoint
-
+    """Summarize a training run folder: log.tsv, the method from checkpoint.pt (or, where the
+    checkpoint stays out of git, from the config.yaml the trainer writes beside it) and the ACR of
+    the first CERTIFY record file in it."""
     run_dir = Path(run_dir)
-    if not (run_dir / "checkpoint.pt").is_file():
-        raise SmoothcertError(f"{run_dir} is not a training run folder (no checkpoint.pt)")
-    meta = load_checkpoint(run_dir / "checkpoint.pt").meta
-    log = _read_log(run_dir / "log.tsv")
-    hparams = meta["method"].get("hparams", {})
+    log = _read_log(run_dir / "log.tsv") if _has_run_files(run_dir) else None
+    method, hparams, num_hparams = _run_method(run_dir)
     return TrainRun(
         name=name or run_dir.name,
-        method=meta["method"]["name"],
-        num_hparams=int(meta.get("num_hparams", len(hparams))),
-        epochs=int(meta["epoch"]),
+        method=method,
+        num_hparams=num_hparams if num_hparams is not None else len(hparams),
+        epochs=len(log["seconds"]),
         seconds_per_epoch=float(np.mean(log["seconds"])),
         peak_mem_mb=float(np.max(log["peak_mem_mb"])) if "peak_mem_mb" in log else None,
         acr=_run_acr(run_dir),
     )
+
+
+def _has_run_files(run_dir: Path) -> bool:
+    if (run_dir / "checkpoint.pt").is_file() or (run_dir / "config.yaml").is_file():
+        return True
+    raise SmoothcertError(
+        f"{run_dir} is not a training run folder (no checkpoint.pt or config.yaml)")
+
+
+def _run_method(run_dir: Path) -> tuple[str, dict, int | None]:
+    """(method name, hyperparameters, recorded #HP or None) of a run folder."""
+    if (run_dir / "checkpoint.pt").is_file():
+        from .models.checkpoint import load_checkpoint
+
+        meta = load_checkpoint(run_dir / "checkpoint.pt").meta
+        hparams = meta["method"].get("hparams", {})
+        return meta["method"]["name"], hparams, meta.get("num_hparams")
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+        return config["method"], dict(config.get("method_params") or {}), None
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
+        raise SmoothcertError(f"cannot read the method of {run_dir / 'config.yaml'}: {e}") from e
 
 
 def _read_log(path: Path) -> dict:
