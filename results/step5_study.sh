@@ -302,6 +302,23 @@ report "$out/sequential_s100.md" \
     $(for name in gaussian_s100 consistency_s100; do files certify "$name"
           files sequential "$name"; done) --radii 0:3:0.25
 
+# Claim 6's cost: forward passes per image (n0 + n, selection included) of CERTIFY and of the
+# sequential certifier, and how often each stopping rule ended the sequential runs.
+{
+    printf 'name\tcertify_forward_per_image\tsequential_forward_per_image\tfewer\tstopped\n'
+    for name in "${RUNS[@]}"; do
+        awk -F'\t' -v name="$name" '
+            FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+            FILENAME ~ /certify.tsv$/ { c += $(col["n0"]) + $(col["n"]); cn++; next }
+            { s += $(col["n0"]) + $(col["n"]); sn++; stop[$(col["stopped"])]++ }
+            END { how = ""; split("all n_max unreachable futile", why, " ")
+                  for (j = 1; j <= 4; j++) if (stop[why[j]]) how = how (how == "" ? "" : ",") \
+                      why[j] "=" stop[why[j]]
+                  printf "%s\t%.0f\t%.0f\t%.2f\t%s\n", name, c / cn, s / sn, (c / cn) / (s / sn), how }
+        ' "$out/$name/certify.tsv" "$out/$name/sequential.tsv"
+    done
+} >"$out/sequential_draws.tsv"
+
 # Training cost, from the published logs (in git): seconds summed over the logged epochs, and the
 # wall time of the train commands (process start, data loading and test evaluation included;
 # heat_s050's is its fine-tune only: add gaussian_s050's for the whole model).
