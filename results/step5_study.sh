@@ -319,6 +319,21 @@ report "$out/sequential_s100.md" \
     done
 } >"$out/sequential_draws.tsv"
 
+# Certification cost: seconds per record file (the sum of its rows' `time`, each image's share
+# of the wall time) and per image.
+{
+    printf 'name\tfile\timages\tseconds\tseconds_per_image\n'
+    for name in "${RUNS[@]}"; do
+        for stem in $(records_of "$name"); do
+            awk -F'\t' -v name="$name" -v stem="$stem" '
+                FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+                { s += $(col["time"]); n++ }
+                END { printf "%s\t%s\t%d\t%.1f\t%.3f\n", name, stem, n, s, s / n }
+            ' "$out/$name/$stem.tsv"
+        done
+    done
+} >"$out/certify_time.tsv"
+
 # Training cost, from the published logs (in git): seconds summed over the logged epochs, and the
 # wall time of the train commands (process start, data loading and test evaluation included;
 # heat_s050's is its fine-tune only: add gaussian_s050's for the whole model).
