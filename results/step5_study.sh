@@ -14,6 +14,8 @@
 #                       reach, σΦ⁻¹(α^(1/10⁴)) = 3.19σ: 0–0.75 (σ = 0.25), 0–1.5 (σ = 0.5),
 #                       0–3.0 (σ = 1.0); so both certifiers answer the same question at every
 #                       grid radius, with the same largest number of draws
+#   sequential_nmax100k.tsv   gaussian_s025 only: the same with n_max = 100,000, i.e. room to
+#                       spend more draws than CERTIFY on the inputs near a grid radius
 #   data_dependent.tsv  Alfarra et al.'s certification (OptimizeSigma, authors' defaults, memory)
 #                       of gaussian_s050, consistency_s050 and the data-dependently trained
 #                       gaussian_dd_s050; n0 = 100, n = 10,000
@@ -78,6 +80,7 @@ sample=(--skip 20 --max "$count" --seed 0 --alpha 0.001 --batch 10000 --device "
 records_of() {  # the record files (stems) of run $1
     local stems=(certify sequential)
     case $1 in
+        gaussian_s025) stems+=(sequential_nmax100k) ;;
         gaussian_s050 | consistency_s050 | gaussian_dd_s050) stems+=(data_dependent) ;;
         heat_s050) stems+=(deterministic lbound_heuristic) ;;
     esac
@@ -142,6 +145,8 @@ certify_args() {  # the certify flags of record file $2 of run $1
         certify) echo --n0 100 --n 10000 --compile ;;
         sequential) echo --certifier sequential --n0 100 --n 10000 --radii "$(grid_of "$1")" \
                          --compile ;;
+        sequential_nmax100k) echo --certifier sequential --n0 100 --n 100000 \
+                                  --radii "$(grid_of "$1")" --compile ;;
         data_dependent) echo --certifier data-dependent --n0 100 --n 10000 ;;
         deterministic) echo --certifier deterministic --n 10000 ;;
         lbound_heuristic) echo --certifier lbound-heuristic ;;
@@ -294,7 +299,8 @@ report "$out/heat.md" "$out/gaussian_s050/certify.tsv" \
 # Claim 6: sequential vs fixed-n CERTIFY, per σ on the sequential grid.
 report "$out/sequential_s025.md" \
     $(for name in gaussian_s025 consistency_s025; do files certify "$name"
-          files sequential "$name"; done) --radii 0:0.75:0.25
+          files sequential "$name"; done) $(files sequential_nmax100k gaussian_s025) \
+    --radii 0:0.75:0.25
 report "$out/sequential_s050.md" \
     $(for name in "${s050[@]}"; do files certify "$name"; files sequential "$name"; done) \
     --radii 0:1.5:0.25
@@ -305,17 +311,21 @@ report "$out/sequential_s100.md" \
 # Claim 6's cost: forward passes per image (n0 + n, selection included) of CERTIFY and of the
 # sequential certifier, and how often each stopping rule ended the sequential runs.
 {
-    printf 'name\tcertify_forward_per_image\tsequential_forward_per_image\tfewer\tstopped\n'
+    printf 'name\tfile\tcertify_forward_per_image\tsequential_forward_per_image\tfewer\tstopped\n'
     for name in "${RUNS[@]}"; do
-        awk -F'\t' -v name="$name" '
-            FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-            FILENAME ~ /certify.tsv$/ { c += $(col["n0"]) + $(col["n"]); cn++; next }
-            { s += $(col["n0"]) + $(col["n"]); sn++; stop[$(col["stopped"])]++ }
-            END { how = ""; split("all n_max unreachable futile", why, " ")
-                  for (j = 1; j <= 4; j++) if (stop[why[j]]) how = how (how == "" ? "" : ",") \
-                      why[j] "=" stop[why[j]]
-                  printf "%s\t%.0f\t%.0f\t%.2f\t%s\n", name, c / cn, s / sn, (c / cn) / (s / sn), how }
-        ' "$out/$name/certify.tsv" "$out/$name/sequential.tsv"
+        for stem in $(records_of "$name"); do
+            if [[ $stem != sequential* ]]; then continue; fi
+            awk -F'\t' -v name="$name" -v stem="$stem" '
+                FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+                FILENAME ~ /\/certify.tsv$/ { c += $(col["n0"]) + $(col["n"]); cn++; next }
+                { s += $(col["n0"]) + $(col["n"]); sn++; stop[$(col["stopped"])]++ }
+                END { how = ""; split("all n_max unreachable futile", why, " ")
+                      for (j = 1; j <= 4; j++) if (stop[why[j]]) how = how (how == "" ? "" : ",") \
+                          why[j] "=" stop[why[j]]
+                      printf "%s\t%s\t%.0f\t%.0f\t%.2f\t%s\n", name, stem, c / cn, s / sn,
+                             (c / cn) / (s / sn), how }
+            ' "$out/$name/certify.tsv" "$out/$name/$stem.tsv"
+        done
     done
 } >"$out/sequential_draws.tsv"
 
