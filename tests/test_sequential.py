@@ -15,12 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 from scipy.special import betaln
-from scipy.stats import binomtest
+from scipy.stats import binomtest, norm
 
 from smoothcert.errors import SmoothcertError
 from smoothcert.sequential import (
     SEQUENTIAL_TESTS,
     BetaMixture,
+    FinalWeightedUnion,
     SequentialOutcome,
     SequentialTest,
     UnionBound,
@@ -176,6 +177,46 @@ def test_union_bound_is_clopper_pearson_at_alpha_over_k(ratio):
         test.lower(5, looks[3] + 1, alpha, n_max)
 
 
+def test_union_final_spends_half_of_alpha_at_n_max():
+    test, alpha, n_max = SEQUENTIAL_TESTS["union-final"](), 0.001, 10_000
+    looks = test.looks(n_max)
+    early, last = test.levels(alpha, n_max)
+    assert isinstance(test, FinalWeightedUnion) and len(looks) == 22  # ⌈100·1.25^i⌉ < 1e4, 1e4
+    assert (last, early) == (alpha / 2, alpha / 2 / 21)
+    assert early * (len(looks) - 1) + last == pytest.approx(alpha, rel=1e-12)
+    k = np.array([0, 1, 5_000, 9_990, n_max])
+    assert np.array_equal(test.lower(k, n_max, alpha, n_max),
+                          clopper_pearson_lower(k, n_max, alpha / 2))
+    t = looks[5]
+    assert test.lower(t - 3, t, alpha, n_max) == clopper_pearson_lower(t - 3, t, early)
+    assert test.upper(t - 3, t, alpha, n_max) == 1 - clopper_pearson_lower(3, t, early)
+    # the reach at n_max, Φ⁻¹ of the bound after n_max hits: (α/2)^(1/n) → 3.171 (fixed-n
+    # CERTIFY at α: 3.199), the equal split (α/22)^(1/n) → 3.090
+    reach = {name: norm.ppf(SEQUENTIAL_TESTS[name]().lower(n_max, n_max, alpha, n_max))
+             for name in ("union", "union-final")}
+    assert reach["union"] == pytest.approx(3.0904, abs=1e-4)
+    assert reach["union-final"] == pytest.approx(3.1709, abs=1e-4)
+
+
+def test_union_final_keeps_more_of_the_fixed_n_certificates_at_the_reach_of_n():
+    """p_A = 0.9995, n_max = n = 10⁴, radius 3σ (level 3), near the reach of n: Clopper–Pearson at
+    n draws certifies it with ≤ 3 misses at α (P = 26 %), ≤ 2 at α/2 (12.5 %), ≤ 1 at α/22 (4 %).
+    The equal split keeps almost none of fixed-n CERTIFY's certificates there (0.5 % of runs with
+    this seed), the final-weighted split several times more (8.5 %); neither beats fixed n."""
+    alpha, n_max, p, runs = 0.001, 10_000, 0.9995, 200
+    rng = np.random.default_rng(11)
+    fixed = np.mean(level_of(clopper_pearson_lower(rng.binomial(n_max, p, runs), n_max,
+                                                   alpha)) == 3)
+    rate = {}
+    for name in ("union", "union-final"):
+        test = SEQUENTIAL_TESTS[name]()
+        outs = [run_levels(test, THR, alpha, n_max, lambda m: int(rng.binomial(m, p)))
+                for _ in range(runs)]
+        rate[name] = np.mean([o.level == 3 for o in outs])
+    assert rate["union"] < 0.04 < rate["union-final"] and 0.2 < fixed, (fixed, rate)
+    assert rate["union-final"] >= rate["union"] + 0.04 and rate["union-final"] < fixed
+
+
 def log_martingale(k, t, p, a=0.5, b=0.5):
     return betaln(a + k, b + t - k) - betaln(a, b) - k * np.log(p) - (t - k) * np.log1p(-p)
 
@@ -272,6 +313,7 @@ def test_generator_protocol_and_hit_validation():
         (lambda: grid([0.5], float("inf")), "sigma"),
         (lambda: UnionBound(ratio=1.0), "ratio"),
         (lambda: UnionBound(first=0), "first"),
+        (lambda: UnionBound(final_share=1.5), "final_share"),
         (lambda: BetaMixture(a=0.0), "a must"),
         (lambda: UnionBound().looks(50), "first look"),
         (lambda: UnionBound().lower(5, 3, 0.05, 100), "0 <= k <= t"),

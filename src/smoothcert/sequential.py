@@ -20,9 +20,11 @@ no look ever has L > p_A, so no threshold p_j ≥ p_A is ever certified (Horvát
 randomized smoothing with variance reduced classifiers", ICLR 2022, use the same multi-stage
 idea with a Bonferroni correction; Robbins 1970 and Howard et al. 2021 for confidence sequences).
 
-Two procedures are registered in :data:`SEQUENTIAL_TESTS`:
+Three procedures are registered in :data:`SEQUENTIAL_TESTS`:
 
 - ``"union"`` — Clopper–Pearson bounds at level α/K at each of K geometric looks (Bonferroni);
+- ``"union-final"`` — the same with half of α spent at the last look (n_max) and the other half
+  split over the earlier ones, so a run to n_max loses little against fixed-n CERTIFY;
 - ``"mixture"`` — the confidence sequence of a Beta(a, b)-mixture martingale (Robbins), valid at
   every t by Ville's inequality, evaluated at its own geometric looks.
 
@@ -139,7 +141,8 @@ class UnionBound(SequentialTest):
     The multi-stage test with a union bound (Horváth et al., ICLR 2022): the exact one-sided
     Clopper–Pearson bound (Clopper & Pearson 1934) at level α/K holds at each of the K looks with
     probability ≥ 1 − α/K, hence at all of them with probability ≥ 1 − α. The bound is defined
-    only at the looks. At t = n_max it equals ``clopper_pearson_lower(k, n_max, α/K)``.
+    only at the looks. At t = n_max it equals ``clopper_pearson_lower(k, n_max, α/K)`` (with
+    ``final_share`` None; :class:`FinalWeightedUnion` splits α unevenly).
     """
 
     first: int = 100  # draws at the first look; p_A = 0.3 then abstains after 100-200 draws
@@ -151,15 +154,50 @@ class UnionBound(SequentialTest):
     # with 32 looks at n_max = 1e5 (1.15: 51 looks).
     ratio: float = 1.25
 
+    # Share of α spent at the last look, t = n_max; the K − 1 earlier looks split the rest
+    # evenly. None: every look gets α/K. (Any split of α over the looks is a valid union bound.)
+    final_share: float | None = None
+
     def __post_init__(self):
         _check_schedule(self.first, self.ratio)
+        if self.final_share is not None:
+            check_probability("final_share", self.final_share)
+
+    def levels(self, alpha: float, n_max: int) -> tuple[float, float]:
+        """(level of each look before n_max, level of the look at n_max); they sum to α over
+        the K looks."""
+        k = len(self.looks(n_max))
+        if self.final_share is None or k == 1:
+            return alpha / k, alpha / k
+        return alpha * (1.0 - self.final_share) / (k - 1), alpha * self.final_share
 
     def _lower(self, k, t, alpha, n_max):
         looks = self.looks(n_max)
         off = t[~np.isin(t, looks)]
         if off.size:
             raise SmoothcertError(f"the union bound holds only at its looks {looks}; t={off[0]}")
-        return np.asarray(clopper_pearson_lower(k, t, alpha / len(looks)), dtype=np.float64)
+        early, last = self.levels(alpha, n_max)
+        bound = np.empty(k.shape, dtype=np.float64)
+        at_last = t == n_max
+        for where, level in ((~at_last, early), (at_last, last)):
+            if where.any():
+                bound[where] = clopper_pearson_lower(k[where], t[where], level)
+        return bound
+
+
+@SEQUENTIAL_TESTS.register("union-final")
+@dataclass(frozen=True, kw_only=True)
+class FinalWeightedUnion(UnionBound):
+    """``union`` with half of α at the last look: Clopper–Pearson at α/2 at t = n_max and at
+    α/(2(K−1)) at each earlier look.
+
+    At n_max = n its bound is CERTIFY's at α/2 instead of α/K, so an input that needs all n draws
+    loses little against fixed-n CERTIFY with the same budget (the reach σΦ⁻¹((α/2)^(1/n)) against
+    σΦ⁻¹(α^(1/n))), while the early looks pay α/(2(K−1)) instead of α/K: a few per cent more
+    draws for the inputs that stop early. Use it when the grid reaches near what n can certify.
+    """
+
+    final_share: float | None = 0.5
 
 
 @SEQUENTIAL_TESTS.register("mixture")
