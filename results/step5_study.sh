@@ -9,13 +9,15 @@
 #
 # Every run certifies the same 500 test images (every 20th, --skip 20 --max 500), seed 0, α = 0.001:
 #   certify.tsv         Cohen et al.'s CERTIFY, n0 = 100, n = 10,000
-#   sequential.tsv      --certifier sequential with the same budget, n_max = n = 10,000, on the
+#   sequential.tsv      --certifier sequential --opt test=union-final (half of α at the last
+#                       look, so a run to n_max loses little against CERTIFY) with the same
+#                       budget, n_max = n = 10,000, on the
 #                       grid 0, 0.25, … up to the largest radius CERTIFY with n = 10,000 can
 #                       reach, σΦ⁻¹(α^(1/10⁴)) = 3.19σ: 0–0.75 (σ = 0.25), 0–1.5 (σ = 0.5),
 #                       0–3.0 (σ = 1.0); so both certifiers answer the same question at every
 #                       grid radius, with the same largest number of draws
-#   sequential_nmax100k.tsv   gaussian_s025 only: the same with n_max = 100,000, i.e. room to
-#                       spend more draws than CERTIFY on the inputs near a grid radius
+#   sequential_nmax100k.tsv   gaussian_s025 only: the default test (union) with n_max = 100,000,
+#                       i.e. room to spend more draws than CERTIFY on inputs near a grid radius
 #   data_dependent.tsv  Alfarra et al.'s certification (OptimizeSigma, authors' defaults, memory)
 #                       of gaussian_s050, consistency_s050 and the data-dependently trained
 #                       gaussian_dd_s050; n0 = 100, n = 10,000
@@ -143,8 +145,8 @@ train_run() {  # train run $1 (resuming), appending this invocation's wall time 
 certify_args() {  # the certify flags of record file $2 of run $1
     case $2 in
         certify) echo --n0 100 --n 10000 --compile ;;
-        sequential) echo --certifier sequential --n0 100 --n 10000 --radii "$(grid_of "$1")" \
-                         --compile ;;
+        sequential) echo --certifier sequential --opt test=union-final --n0 100 --n 10000 \
+                         --radii "$(grid_of "$1")" --compile ;;
         sequential_nmax100k) echo --certifier sequential --n0 100 --n 100000 \
                                   --radii "$(grid_of "$1")" --compile ;;
         data_dependent) echo --certifier data-dependent --n0 100 --n 10000 ;;
