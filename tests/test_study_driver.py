@@ -1,0 +1,142 @@
+"""The step-5 driver's report step (results/step5_study.sh report) on synthetic published runs.
+
+The study itself takes hours, so its report block would otherwise first run at the very end. Here
+every run of the study gets small record files with known rows, and the driver must write every
+report piece from them: the tables, the plots, the training and certification costs, and the
+sequential certifier's draws, with the numbers the rows imply.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from smoothcert.certify.runner import TASKS
+from smoothcert.records import open_records
+
+ROOT = Path(__file__).resolve().parents[1]
+DRIVER = ROOT / "results" / "step5_study.sh"
+STEMS = {"certify": "certify", "sequential": "sequential", "data_dependent": "data-dependent",
+         "deterministic": "deterministic", "lbound_heuristic": "lbound-heuristic"}
+COUNT = 500  # rows per record file, as the driver's `complete` requires
+
+
+def _runs() -> list[str]:
+    text = DRIVER.read_text(encoding="utf-8")
+    return re.search(r"^RUNS=\(([^)]*)\)", text, flags=re.MULTILINE).group(1).split()
+
+
+def _stems(name: str) -> list[str]:
+    stems = ["certify", "sequential"]
+    if name == "gaussian_s025":
+        stems.append("sequential_nmax100k")
+    if name in ("gaussian_s050", "consistency_s050", "gaussian_dd_s050"):
+        stems.append("data_dependent")
+    if name == "heat_s050":
+        stems += ["deterministic", "lbound_heuristic"]
+    return stems
+
+
+def _write_records(path: Path, task: str, sigma: float, draws: int) -> None:
+    """COUNT rows: image i is correct with radius σ·(i mod 4)/4, or abstains when i mod 4 = 3;
+    ``n`` = draws, n0 = 100, time 0.5 s each."""
+    columns = TASKS[task].columns
+    writer, _ = open_records(path, columns, {"kind": task, "identity": {"task": task},
+                                             "shard": {}})
+    with writer:
+        for i in range(COUNT):
+            abstain = i % 4 == 3
+            row = dict(idx=20 * i, label=i % 10, predict=-1 if abstain else i % 10,
+                       radius=0.0 if abstain else sigma * (i % 4) / 4, correct=int(not abstain),
+                       time=0.5, p_lower=0.9, nA=draws, n0=100, n=draws, alpha=0.001,
+                       sigma=sigma, seed=0, n_max=10_000, p_upper=1.0, stopped="all",
+                       predict_mc=i % 10, radius_mc=0.0, adjusted=0, p_top=0.9,
+                       p_runner_up=0.1, runner_up=0, guarantee="heuristic")
+            writer.write({c: row[c] for c in columns})
+
+
+def _publish(out: Path, name: str) -> None:
+    sigma = {"025": 0.25, "050": 0.5, "100": 1.0}[name[-3:]]
+    run = out / name
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(
+        f"method: gaussian\nmethod_params:\n  num_noise: 1\nsigma: {sigma}\nsigma_mode: fixed\n")
+    (run / "log.tsv").write_text("epoch\tseconds\tpeak_mem_mb\n1\t3.0\t800\n2\t5.0\t810\n")
+    (run / "wall_time.tsv").write_text(
+        "started\tseconds\tepochs_before\tepochs_after\tdevice\thardware\n"
+        "2026-11-22T00:00:00Z\t100.0\t0\t2\tcpu\tx86_64 CPU\n")
+    for stem in _stems(name):
+        draws = 2_400 if stem.startswith("sequential") else 10_000
+        _write_records(run / f"{stem}.tsv", STEMS.get(stem, "sequential"), sigma, draws)
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory):
+    """A copy of the driver and the recipes, every run published, then `report` run."""
+    root = tmp_path_factory.mktemp("study")
+    (root / "results").mkdir()
+    shutil.copy(DRIVER, root / "results" / DRIVER.name)
+    shutil.copytree(ROOT / "configs" / "fashion-mnist" / "study",
+                    root / "configs" / "fashion-mnist" / "study")
+    out = root / "results" / "step5"
+    for name in _runs():
+        _publish(out, name)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "MPLBACKEND": "Agg"}
+    done = subprocess.run(["bash", str(root / "results" / DRIVER.name), "report"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out, done.stdout
+
+
+def test_report_writes_every_piece(reported):
+    out, stdout = reported
+    assert f"done: {_runs()[0]}" in stdout and "results: results/step5" in stdout
+    for piece in ("sigmas", "envelope_gaussian", "envelope_consistency", "methods_s050",
+                  "easy_focus", "data_dependent", "heat"):
+        assert (out / f"{piece}.md").read_text().startswith("| name |"), piece
+        assert (out / f"{piece}.png").stat().st_size > 0, piece
+    for piece in ("sigmas_pa_ecdf", "methods_s050_pa_ecdf", "easy_focus_pa_ecdf"):
+        assert (out / f"{piece}.png").stat().st_size > 0
+    for sigma in ("025", "050", "100"):
+        assert (out / f"sequential_s{sigma}.md").read_text().startswith("| name |")
+
+
+def test_tables_hold_the_rows_numbers(reported):
+    out, _ = reported
+    # every 4th image abstains, the other three are correct: clean accuracy 75 %, abstain 25 %
+    row = next(line for line in (out / "sequential_s025.md").read_text().splitlines()
+               if line.startswith("| gaussian_s025/certify "))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:4] == ["500", "75.0%", "25.0%"]  # n, clean accuracy, abstain
+    assert "gaussian_s025/sequential_nmax100k" in (out / "sequential_s025.md").read_text()
+
+
+def test_cost_tables(reported):
+    out, _ = reported
+    train = (out / "train_time.tsv").read_text().splitlines()
+    assert len(train) == 1 + len(_runs())
+    first = dict(zip(train[0].split("\t"), train[1].split("\t")))
+    assert (first["epochs"], first["epoch_seconds"], first["seconds_per_epoch"],
+            first["wall_seconds"], first["resumed"]) == ("2", "8.0", "4.000", "100.0", "no")
+    cost = (out / "train_cost.md").read_text()
+    assert all(f"| {name} |" in cost for name in _runs())
+    lines = (out / "certify_time.tsv").read_text().splitlines()
+    assert len(lines) == 1 + sum(len(_stems(name)) for name in _runs())
+    assert lines[1].split("\t") == ["gaussian_s025", "certify", "500", "250.0", "0.500"]
+
+
+def test_sequential_draws(reported):
+    out, _ = reported
+    lines = (out / "sequential_draws.tsv").read_text().splitlines()
+    assert lines[0].split("\t") == ["name", "file", "certify_forward_per_image",
+                                    "sequential_forward_per_image", "fewer", "stopped"]
+    assert len(lines) == 1 + len(_runs()) + 1  # gaussian_s025 has two sequential files
+    assert lines[1].split("\t") == ["gaussian_s025", "sequential", "10100", "2500", "4.04",
+                                    "all=500"]
