@@ -88,7 +88,7 @@ def reported(tmp_path_factory):
     for name in _runs():
         _publish(out, name)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "MPLBACKEND": "Agg"}
+           "MPLBACKEND": "Agg", "PYTHON": sys.executable}  # PYTHON: if no console script
     done = subprocess.run(["bash", str(root / "results" / DRIVER.name), "report"], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
