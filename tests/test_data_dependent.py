@@ -234,6 +234,31 @@ def test_data_dependent_certify_records_sigma_x_and_resumes(checkpoint, tmp_path
     assert out.read_text() == before
 
 
+def test_packed_rows_equal_the_algorithm_run_on_each_example_alone(checkpoint, tmp_path):
+    """The engine packs several inputs' CERTIFY draws into one forward batch (batch 250 holds
+    the 110 draws of two inputs and part of a third); each row still equals OptimizeSigma and
+    CERTIFY at σ_x run on that example alone, with its own generator."""
+    from smoothcert.data import load_dataset
+    from smoothcert.models.checkpoint import model_from_checkpoint
+    from smoothcert.noise import Gaussian
+    from smoothcert.rng import example_generator
+    from smoothcert.smoothing import Smoothed
+
+    out = tmp_path / "packed.tsv"
+    assert certify(checkpoint, out, "--batch", "250", "--opt", "memory=false") == 0
+    model, _ = model_from_checkpoint(checkpoint)
+    data = load_dataset("digits", "test")
+    for row in read_records(out).rows():
+        x, label = data.example(int(row["idx"]))
+        gen = example_generator(0, int(row["idx"]))
+        sigma_x = optimize_sigma(model, x.unsqueeze(0), 0.25, num_steps=5, step_size=0.01,
+                                 num_samples=4, generator=gen)
+        c = Smoothed(model, Gaussian(float(sigma_x[0])), 10).certify(x, 10, 100, 0.001, 250, gen)
+        assert row["sigma"] == pytest.approx(float(sigma_x[0]), rel=1e-6)
+        assert (row["predict"], row["nA"]) == (-1 if c.abstained else c.prediction, c.count)
+        assert row["radius"] == pytest.approx(c.radius, rel=1e-9, abs=1e-12)
+
+
 def test_interrupted_run_rebuilds_the_memory_and_equals_the_uninterrupted_one(
         checkpoint, tmp_path, monkeypatch):
     from smoothcert import records

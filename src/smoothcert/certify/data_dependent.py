@@ -22,8 +22,10 @@ at σ_x before the memory) and ``adjusted`` (1 when the memory changed it).
 The memory persists in the record file itself: on resume it is rebuilt from the rows already
 written, in file order (each row's idx gives x through the dataset, and its final ``predict``
 and ``radius`` the stored ball), which is exactly the memory the interrupted run held. Results
-depend on the order of certification (the global index order after ``--skip``/``--max``), and
-one memory must see every input, so the memory certifiers refuse sharding; run them with one
+depend on the order of certification: the order in which the engine finishes the inputs, which
+is the order of the record file (deterministic for a given seed, batch and index range; inputs
+are started in index order and packed into shared forward batches). One memory must see every
+input, so the memory certifiers refuse sharding; run them with one
 shard, or pass ``--opt memory=false`` to shard the plain per-input certificates (which are not
 sound for the data-dependent classifier as a whole, see :class:`~smoothcert.data_dependent.Memory`).
 """
@@ -51,10 +53,11 @@ def _uniform(run: RunContext) -> Callable:
     cfg, base = run.config, run.smoothed
     smoothed = Smoothed(base.model, Uniform(cfg.sigma), base.num_classes, base.engine)
 
-    def one(x, label, idx, gen):
-        return certificate_row(smoothed.certify(x, cfg.n0, cfg.n, cfg.alpha, cfg.batch, gen), label)
+    def program(x, label, idx, gen):
+        c = yield from smoothed.certify_program(x, cfg.n0, cfg.n, cfg.alpha, gen)
+        return certificate_row(c, label)
 
-    return one
+    return program
 
 
 def _data_dependent(noise: str) -> Callable[[RunContext], Callable]:
@@ -62,27 +65,29 @@ def _data_dependent(noise: str) -> Callable[[RunContext], Callable]:
         cfg, base, opts = run.config, run.smoothed, run.config.options
         memory = _rebuilt_memory(run, NOISES[noise].norm) if opts["memory"] else None
 
-        def one(x, label, idx, gen):
-            # Algorithm 1: σ_x from the run's σ, with this example's generator
+        def program(x, label, idx, gen):
+            # Algorithm 1: σ_x from the run's σ, with this example's generator (it runs when the
+            # engine starts this program, before any of its CERTIFY draws)
             sigma_x = dd.optimize_sigma(
                 base.model, x.unsqueeze(0), cfg.sigma, num_steps=opts["num_steps"],
                 step_size=opts["step_size"], num_samples=opts["num_samples"], generator=gen,
                 noise=noise)
-            # CERTIFY at σ_x, on fresh draws of the same generator
+            # CERTIFY at σ_x, on fresh draws of the same generator, batched with other inputs'
             smoothed = Smoothed(base.model, NOISES[noise](float(sigma_x[0])), base.num_classes,
                                 base.engine)
-            c = smoothed.certify(x, cfg.n0, cfg.n, cfg.alpha, cfg.batch, gen)
+            c = yield from smoothed.certify_program(x, cfg.n0, cfg.n, cfg.alpha, gen)
             row = certificate_row(c, label)
             mc = {"predict_mc": row["predict"], "radius_mc": row["radius"], "adjusted": 0}
             if memory is None:
                 return {**row, **mc}
-            # Algorithm 3: the memory classifier's answer
+            # Algorithm 3: the memory classifier's answer, in the order the certificates are
+            # issued (= the order of the record file, which a resumed run replays)
             m = memory.certify(x, None if c.abstained else c.prediction, c.radius)
             predict = -1 if m.prediction is None else m.prediction
             return {**row, **mc, "predict": predict, "radius": m.radius,
                     "correct": int(predict == label), "adjusted": int(m.adjusted)}
 
-        return one
+        return program
 
     return make
 
@@ -102,10 +107,10 @@ def _without_memory(options: dict) -> bool:
     return not options["memory"]
 
 
-register_task("uniform", Task(CERTIFY_COLUMNS, _uniform, needs_n0=True))
+register_task("uniform", Task(CERTIFY_COLUMNS, _uniform, needs_n0=True, batched=True))
 register_task("data-dependent", Task(
     DD_COLUMNS, _data_dependent("gaussian"), needs_n0=True, options=dict(DD_OPTIONS),
-    shardable=_without_memory))
+    shardable=_without_memory, batched=True))
 register_task("data-dependent-uniform", Task(
     DD_COLUMNS, _data_dependent("uniform"), needs_n0=True, options=dict(DD_OPTIONS),
-    shardable=_without_memory))
+    shardable=_without_memory, batched=True))
