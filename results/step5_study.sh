@@ -23,8 +23,8 @@
 #                       gaussian_dd_s050; n0 = 100, n = 10,000
 #   deterministic.tsv, lbound_heuristic.tsv   heat_s050 as the deterministic HeatSmoothing model
 #                       (CERTIFY of the clean prediction, n = 10,000; the paper's L-bound)
-# CERTIFY and the sequential certifier run the torch.compile'd model (--compile: the same
-# float32 classifier, ~1.7× faster on the CPU).
+# CERTIFY, the sequential and the data-dependent certifier run the torch.compile'd model
+# (--compile: the same float32 classifier, ~1.7× faster on the CPU).
 #
 # Layout: runs/step5/NAME/ holds the checkpoint, log, config, wall_time.tsv and the records while
 # they are produced (runs/ is out of git; it survives between calls on one machine). Once a run's
@@ -149,7 +149,7 @@ certify_args() {  # the certify flags of record file $2 of run $1
                          --radii "$(grid_of "$1")" --compile ;;
         sequential_nmax100k) echo --certifier sequential --n0 100 --n 100000 \
                                   --radii "$(grid_of "$1")" --compile ;;
-        data_dependent) echo --certifier data-dependent --n0 100 --n 10000 ;;
+        data_dependent) echo --certifier data-dependent --n0 100 --n 10000 --compile ;;
         deterministic) echo --certifier deterministic --n 10000 ;;
         lbound_heuristic) echo --certifier lbound-heuristic ;;
     esac
