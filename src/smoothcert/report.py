@@ -314,7 +314,8 @@ def read_run(run_dir, name: str | None = None) -> TrainRun:
     checkpoint stays out of git, from the config.yaml the trainer writes beside it) and the ACR of
     the first CERTIFY record file in it."""
     run_dir = Path(run_dir)
-    log = _read_log(run_dir / "log.tsv") if _has_run_files(run_dir) else None
+    _check_run_folder(run_dir)
+    log = _read_log(run_dir / "log.tsv")
     method, hparams, num_hparams = _run_method(run_dir)
     return TrainRun(
         name=name or run_dir.name,
@@ -327,11 +328,10 @@ def read_run(run_dir, name: str | None = None) -> TrainRun:
     )
 
 
-def _has_run_files(run_dir: Path) -> bool:
-    if (run_dir / "checkpoint.pt").is_file() or (run_dir / "config.yaml").is_file():
-        return True
-    raise SmoothcertError(
-        f"{run_dir} is not a training run folder (no checkpoint.pt or config.yaml)")
+def _check_run_folder(run_dir: Path) -> None:
+    if not ((run_dir / "checkpoint.pt").is_file() or (run_dir / "config.yaml").is_file()):
+        raise SmoothcertError(
+            f"{run_dir} is not a training run folder (no checkpoint.pt or config.yaml)")
 
 
 def _run_method(run_dir: Path) -> tuple[str, dict, int | None]:
