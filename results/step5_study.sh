@@ -41,7 +41,8 @@
 #   certify        certify every trained run's record files, each file claimed by one process
 #                  (flock on FILE.claim), so several `certify` processes share the work; waits
 #                  for runs still being trained by a `train` process, then publishes
-#   report         write the report pieces once every run is published
+#   report         write the report pieces once every run is published, and splice them
+#                  into the blocks <!-- report:step5.NAME --> of docs/RESULTS.md (or $DOC)
 # Environment: DEVICE (auto, cpu or cuda; default auto), LANES (processes at once, default 1),
 # DATA_ROOT (default .data when it holds the Fashion-MNIST IDX files, else the library's search),
 # PYTHON (interpreter used when `smoothcert` is not installed). On a 2-core CPU:
@@ -367,4 +368,33 @@ report "$out/sequential_s100.md" \
 # smoothcert's training-cost table (method, #HP, s/epoch, peak MB, ACR of certify.tsv), from the
 # published copies (config.yaml stands in for the checkpoint).
 report "$out/train_cost.md" --train $(for name in "${RUNS[@]}"; do echo "$out/$name"; done)
+
+# The TSV summaries as Markdown tables, then every piece into its block of docs/RESULTS.md:
+# the lines between <!-- report:step5.NAME --> and <!-- /report:step5.NAME --> are replaced by
+# results/step5/NAME.md, so the document's tables are only ever written here.
+for tsv in train_time certify_time sequential_draws; do
+    awk -F'\t' '{ row = "|"; for (i = 1; i <= NF; i++) row = row " " $i " |"; print row }
+                 NR == 1 { row = "|"; for (i = 1; i <= NF; i++) row = row " --- |"; print row }' \
+        "$out/$tsv.tsv" >"$out/$tsv.md.tmp"
+    mv "$out/$tsv.md.tmp" "$out/$tsv.md"
+done
+doc=${DOC:-docs/RESULTS.md}
+if [[ -f $doc ]]; then
+    env "PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" - "$doc" "$out" <<'SPLICE'
+import re
+import sys
+from pathlib import Path
+
+from smoothcert.report import splice_block
+
+doc, out = Path(sys.argv[1]), Path(sys.argv[2])
+names = re.findall(r"^<!-- report:(step5\.[A-Za-z0-9_.]+) -->$", doc.read_text(), re.M)
+for name in names:
+    piece = out / f"{name.removeprefix('step5.')}.md"
+    if not piece.is_file():
+        sys.exit(f"{doc}: block {name} has no table {piece}")
+    splice_block(doc, name, piece.read_text(encoding="utf-8"))
+print(f"{doc}: {len(names)} tables written")
+SPLICE
+fi
 echo "results: $out"

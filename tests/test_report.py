@@ -196,3 +196,67 @@ def test_memory_certifier_files_get_an_adjusted_count(tmp_path):
     plain.write_text("\n".join("\t".join(map(str, r[:-1])) for r in [header, *rows]) + "\n")
     table = json.loads(report([plain, dd], (0.0, 0.5), fmt="json", envelope=True))
     assert [row["adjusted"] for row in table] == [None, 2, None]  # plain, dd, envelope
+
+
+# ------------------------------------------------------------------ tables spliced into a document
+DOC = """# Results
+
+Prose above.
+
+<!-- report:ours -->
+an old table
+<!-- /report:ours -->
+
+Prose below, and another block that must stay as it is:
+<!-- report:other -->
+kept
+<!-- /report:other -->
+"""
+
+
+def test_splice_replaces_only_its_block(tmp_path, files):
+    from smoothcert.report import splice_block
+
+    doc = tmp_path / "RESULTS.md"
+    doc.write_text(DOC, encoding="utf-8")
+    table = report(files[0], GRID)
+    splice_block(doc, "ours", table)
+    text = doc.read_text(encoding="utf-8")
+    assert "an old table" not in text
+    assert text == DOC.replace("an old table\n", table)
+    splice_block(doc, "ours", table)  # idempotent: regenerating changes nothing
+    assert doc.read_text(encoding="utf-8") == text
+
+
+@pytest.mark.parametrize("doc_text, name", [
+    (DOC, "missing"),                                        # no such block
+    (DOC + "<!-- report:ours -->\n<!-- /report:ours -->\n", "ours"),  # twice
+    ("<!-- /report:ours -->\n<!-- report:ours -->\n", "ours"),  # closed before opened
+    (DOC, "bad name"),                                       # not a block name
+])
+def test_splice_refuses_an_ambiguous_document(tmp_path, doc_text, name):
+    from smoothcert.report import splice_block
+
+    doc = tmp_path / "RESULTS.md"
+    doc.write_text(doc_text, encoding="utf-8")
+    with pytest.raises(SmoothcertError):
+        splice_block(doc, name, "table\n")
+    assert doc.read_text(encoding="utf-8") == doc_text  # untouched
+
+
+def test_cli_into_writes_the_block_and_validates_first(tmp_path, files, capsys):
+    from smoothcert.cli import main
+
+    doc = tmp_path / "RESULTS.md"
+    doc.write_text(DOC, encoding="utf-8")
+    args = ["report", str(files[0]), "--radii", "0:1.25:0.25"]
+    assert main(args + ["--into", str(doc), "--block", "ours"]) == 0
+    table = capsys.readouterr().out
+    assert doc.read_text(encoding="utf-8") == DOC.replace("an old table\n", table)
+    for extra in (["--into", str(doc)], ["--block", "ours"],
+                  ["--into", str(doc), "--block", "missing"],
+                  ["--into", str(tmp_path / "none.md"), "--block", "ours"]):
+        assert main(args + extra) == 2, extra
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert doc.read_text(encoding="utf-8") == DOC.replace("an old table\n", table)

@@ -27,6 +27,17 @@ STEMS = {"certify": "certify", "sequential": "sequential", "data_dependent": "da
 COUNT = 500  # rows per record file, as the driver's `complete` requires
 
 
+# docs/RESULTS.md of the copy: two generated blocks around prose the driver must not touch.
+DOC = """# Results
+<!-- report:step5.sigmas -->
+old
+<!-- /report:step5.sigmas -->
+Prose.
+<!-- report:step5.train_time -->
+<!-- /report:step5.train_time -->
+"""
+
+
 def _runs() -> list[str]:
     text = DRIVER.read_text(encoding="utf-8")
     return re.search(r"^RUNS=\(([^)]*)\)", text, flags=re.MULTILINE).group(1).split()
@@ -87,6 +98,8 @@ def reported(tmp_path_factory):
     out = root / "results" / "step5"
     for name in _runs():
         _publish(out, name)
+    (root / "docs").mkdir()
+    (root / "docs" / "RESULTS.md").write_text(DOC, encoding="utf-8")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "MPLBACKEND": "Agg", "PYTHON": sys.executable}  # PYTHON: if no console script
     done = subprocess.run(["bash", str(root / "results" / DRIVER.name), "report"], env=env,
@@ -130,6 +143,18 @@ def test_cost_tables(reported):
     lines = (out / "certify_time.tsv").read_text().splitlines()
     assert len(lines) == 1 + sum(len(_stems(name)) for name in _runs())
     assert lines[1].split("\t") == ["gaussian_s025", "certify", "500", "250.0", "0.500"]
+
+
+def test_tables_spliced_into_the_document(reported):
+    out, stdout = reported
+    doc = (out.parents[1] / "docs" / "RESULTS.md").read_text()
+    assert "docs/RESULTS.md: 2 tables written" in stdout
+    sigmas, train_time = (out / "sigmas.md").read_text(), (out / "train_time.md").read_text()
+    assert doc == DOC.replace("old\n", sigmas).replace(
+        "<!-- /report:step5.train_time -->", train_time + "<!-- /report:step5.train_time -->")
+    rows = train_time.splitlines()
+    assert rows[0].startswith("| name | method |") and rows[1].startswith("| --- | --- |")
+    assert len(rows) == 2 + len(_runs()) and rows[2].startswith(f"| {_runs()[0]} |")
 
 
 def test_sequential_draws(reported):

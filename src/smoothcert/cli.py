@@ -491,6 +491,10 @@ def _report_args(p):
                    help="write the empirical CDF of p̂_A per file (Sun et al. 2024, Fig. 3)")
     p.add_argument("--train", action="store_true",
                    help="compare training runs: method, #HP, s/epoch, peak memory, ACR")
+    p.add_argument("--into", metavar="DOC",
+                   help="also write the table into DOC, between the lines "
+                        "<!-- report:BLOCK --> and <!-- /report:BLOCK --> (needs --block)")
+    p.add_argument("--block", help="the block of --into DOC that receives the table")
 
 
 @command(
@@ -498,13 +502,20 @@ def _report_args(p):
 )
 def cmd_report(args):
     from .metrics import parse_radii
-    from .report import report, train_report
+    from .report import check_block, report, splice_block, train_report
 
+    if (args.into is None) != (args.block is None):
+        raise SmoothcertError("--into DOC and --block NAME go together")
+    if args.into is not None:
+        check_block(args.into, args.block)
     if args.train:
-        print(train_report(args.files, fmt=args.format), end="")
-        return
-    print(report(args.files, parse_radii(args.radii), fmt=args.format, plot=args.plot,
-                 envelope=args.envelope, ecdf=args.ecdf), end="")
+        table = train_report(args.files, fmt=args.format)
+    else:
+        table = report(args.files, parse_radii(args.radii), fmt=args.format, plot=args.plot,
+                       envelope=args.envelope, ecdf=args.ecdf)
+    if args.into is not None:
+        splice_block(args.into, args.block, table)
+    print(table, end="")
 
 
 def _merge_args(p):
