@@ -311,6 +311,21 @@ report "$out/sequential_s100.md" \
     $(for name in gaussian_s100 consistency_s100; do files certify "$name"
           files sequential "$name"; done) --radii 0:3:0.25
 
+# Claim 6, example by example: per grid radius, the images only CERTIFY / only the sequential
+# certifier certifies.
+for sigma in s025 s050 s100; do
+    pairs=()
+    for name in "${RUNS[@]}"; do
+        if [[ $name != *_$sigma ]]; then continue; fi
+        for stem in $(records_of "$name"); do
+            if [[ $stem == sequential* ]]; then
+                pairs+=("$out/$name/certify.tsv" "$out/$name/$stem.tsv")
+            fi
+        done
+    done
+    report "$out/agreement_$sigma.md" "${pairs[@]}" --agreement --radii "$(grid_of "x_$sigma")"
+done
+
 # Claim 6's cost: forward passes per image (n0 + n, selection included) of CERTIFY and of the
 # sequential certifier, and how often each stopping rule ended the sequential runs.
 {

@@ -260,3 +260,65 @@ def test_cli_into_writes_the_block_and_validates_first(tmp_path, files, capsys):
         out, err = capsys.readouterr()
         assert out == "" and len(err.strip().splitlines()) == 1, err
     assert doc.read_text(encoding="utf-8") == DOC.replace("an old table\n", table)
+
+
+# ------------------------------------------------------------------ example-by-example agreement
+CERT_HEADER = ("idx", "label", "predict", "radius", "correct", "time")
+# (idx, correct, radius): A certifies 0 to 0.6, 1 to 0.3, 3 at 0 only; 2 is wrong.
+A_ROWS = [(0, 1, 0.6), (1, 1, 0.3), (2, 0, 0.9), (3, 1, 0.0)]
+# B, in another order: certifies 0 to 0.2, 2 to 0.5, 3 to 0.4; 1 abstains.
+B_ROWS = [(3, 1, 0.4), (2, 1, 0.5), (1, 0, 0.0), (0, 1, 0.2)]
+
+
+def _cert_file(path, rows):
+    lines = [(i, 1, 1 if c else (-1 if r == 0 else 2), r, c, 0.1) for i, c, r in rows]
+    return write_tsv(path, CERT_HEADER, lines)
+
+
+def test_agreement_counts_each_example(tmp_path):
+    from smoothcert.metrics import certified_agreement
+
+    a = read_records(_cert_file(tmp_path / "a.tsv", A_ROWS))
+    b = read_records(_cert_file(tmp_path / "b.tsv", B_ROWS))
+    got = certified_agreement(a, b, (0.0, 0.25, 0.5))
+    # r=0: A {0,1,3}, B {0,2,3}; r=0.25: A {0,1}, B {2,3}; r=0.5: A {0}, B {2}
+    assert got.both == (2, 0, 0)
+    assert got.first_only == (1, 2, 1) and got.second_only == (1, 2, 1)
+    assert got.count == 4 and got.agreement == pytest.approx(1 - 8 / 12)
+    same = certified_agreement(a, a, (0.0, 0.25, 0.5))
+    assert same.first_only == same.second_only == (0, 0, 0) and same.agreement == 1.0
+
+
+def test_agreement_report_pairs_the_files(tmp_path):
+    from smoothcert.report import agreement_report
+
+    a = _cert_file(tmp_path / "a.tsv", A_ROWS)
+    b = _cert_file(tmp_path / "b.tsv", B_ROWS)
+    rows = list(csv.DictReader(io.StringIO(agreement_report([a, b, a, a], "0,0.25", "csv"))))
+    assert [(r["first"], r["second"], r["r=0"], r["r=0.25"]) for r in rows] == [
+        ("a", "b", "1/1", "2/2"), ("a", "a", "0/0", "0/0")]
+    assert float(rows[0]["agreement"]) == pytest.approx(1 - 6 / 8)
+
+
+def test_agreement_refuses_files_it_cannot_compare(tmp_path, files):
+    from smoothcert.report import agreement_report
+
+    a = _cert_file(tmp_path / "a.tsv", A_ROWS)
+    other = _cert_file(tmp_path / "other.tsv", A_ROWS[:3])
+    twice = _cert_file(tmp_path / "twice.tsv", A_ROWS[:3] + A_ROWS[:1])
+    for paths in ([a], [a, other], [a, twice], [a, files[1]]):  # odd, idx sets, repeat, PREDICT
+        with pytest.raises(SmoothcertError):
+            agreement_report(paths, "0,0.25")
+
+
+def test_cli_agreement(tmp_path, capsys):
+    from smoothcert.cli import main
+
+    a = str(_cert_file(tmp_path / "a.tsv", A_ROWS))
+    b = str(_cert_file(tmp_path / "b.tsv", B_ROWS))
+    assert main(["report", a, b, "--agreement", "--radii", "0,0.25"]) == 0
+    assert "| a | b | 4 | 25.0% | 1/1 | 2/2 |" in capsys.readouterr().out
+    assert main(["report", a, b, "--agreement", "--train"]) == 2
+    assert main(["report", a, "--agreement"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "pairs" in err[1]

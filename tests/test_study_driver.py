@@ -145,6 +145,21 @@ def test_cost_tables(reported):
     assert lines[1].split("\t") == ["gaussian_s025", "certify", "500", "250.0", "0.500"]
 
 
+def test_agreement_tables(reported):
+    out, _ = reported
+    table = (out / "agreement_s025.md").read_text().splitlines()
+    assert table[0] == "| first | second | n | agree | r=0 | r=0.25 | r=0.5 | r=0.75 |"
+    pairs = [line.split(" | ")[:2] for line in table[2:]]
+    assert pairs == [["| gaussian_s025/certify", "gaussian_s025/sequential"],
+                     ["| gaussian_s025/certify", "gaussian_s025/sequential_nmax100k"],
+                     ["| consistency_s025/certify", "consistency_s025/sequential"]]
+    # the synthetic sequential rows equal the CERTIFY rows: no image certified by one alone
+    assert all(line.endswith("| 500 | 100.0% | 0/0 | 0/0 | 0/0 | 0/0 |") for line in table[2:])
+    for sigma, grid in (("s050", 7), ("s100", 13)):
+        header = (out / f"agreement_{sigma}.md").read_text().splitlines()[0]
+        assert header.count("| r=") == grid, sigma
+
+
 def test_tables_spliced_into_the_document(reported):
     out, stdout = reported
     doc = (out.parents[1] / "docs" / "RESULTS.md").read_text()

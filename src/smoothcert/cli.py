@@ -491,6 +491,9 @@ def _report_args(p):
                    help="write the empirical CDF of p̂_A per file (Sun et al. 2024, Fig. 3)")
     p.add_argument("--train", action="store_true",
                    help="compare training runs: method, #HP, s/epoch, peak memory, ACR")
+    p.add_argument("--agreement", action="store_true",
+                   help="compare the files in pairs (1st with 2nd, ...), example by example: "
+                        "per radius, a/b = examples only the first / only the second certifies")
     p.add_argument("--into", metavar="DOC",
                    help="also write the table into DOC, between the lines "
                         "<!-- report:BLOCK --> and <!-- /report:BLOCK --> (needs --block)")
@@ -502,14 +505,18 @@ def _report_args(p):
 )
 def cmd_report(args):
     from .metrics import parse_radii
-    from .report import check_block, report, splice_block, train_report
+    from .report import agreement_report, check_block, report, splice_block, train_report
 
     if (args.into is None) != (args.block is None):
         raise SmoothcertError("--into DOC and --block NAME go together")
     if args.into is not None:
         check_block(args.into, args.block)
+    if args.train and args.agreement:
+        raise SmoothcertError("--train and --agreement are different tables; pick one")
     if args.train:
         table = train_report(args.files, fmt=args.format)
+    elif args.agreement:
+        table = agreement_report(args.files, args.radii, fmt=args.format)
     else:
         table = report(args.files, parse_radii(args.radii), fmt=args.format, plot=args.plot,
                        envelope=args.envelope, ecdf=args.ecdf)

@@ -139,6 +139,64 @@ def summarize(records: Records, radii: Sequence[float]) -> Summary:
 
 
 # --------------------------------------------------------------------------- radius grids
+@dataclass(frozen=True)
+class Agreement:
+    """Two record files of the same examples compared example by example at each radius.
+
+    ``first_only[i]`` counts the examples that ``first`` certifies at ``radii[i]`` (correct with
+    radius ≥ r) and ``second`` does not; ``second_only[i]`` the reverse; ``both[i]`` those both
+    certify. Two certifiers can have the same certified accuracy while disagreeing on which
+    examples they certify; these counts show it.
+    """
+
+    first: str
+    second: str
+    count: int
+    radii: tuple
+    both: tuple
+    first_only: tuple
+    second_only: tuple
+
+    @property
+    def agreement(self) -> float:
+        """The fraction of (example, radius) pairs on which the two files say the same."""
+        disagree = sum(self.first_only) + sum(self.second_only)
+        return 1.0 - disagree / (self.count * len(self.radii))
+
+
+def certified_agreement(first: Records, second: Records, radii: Sequence[float]) -> Agreement:
+    """Per radius, which examples ``first`` and ``second`` certify (see :class:`Agreement`).
+
+    The files must hold the same examples (the same ``idx`` values, in any order).
+    """
+    radii = tuple(float(r) for r in radii)
+    a, b = (_certified_by_idx(r, radii) for r in (first, second))
+    if a.keys() != b.keys():
+        raise SmoothcertError(f"{first.path} and {second.path} hold different examples; "
+                              "compare files of the same examples (same --skip/--max)")
+    idx = sorted(a)
+    a, b = np.array([a[i] for i in idx]), np.array([b[i] for i in idx])
+    return Agreement(first=first.name, second=second.name, count=len(idx), radii=radii,
+                     both=_per_radius(a & b), first_only=_per_radius(a & ~b),
+                     second_only=_per_radius(~a & b))
+
+
+def _per_radius(mask: np.ndarray) -> tuple:
+    return tuple(int(v) for v in mask.sum(axis=0))
+
+
+def _certified_by_idx(records: Records, radii: tuple) -> dict:
+    """idx → boolean per radius: certified (correct, radius ≥ r)."""
+    _check_certify(records, "comparing certificates")
+    radius = certified_radii(records)
+    certified = correct_mask(records)[:, None] & (radius[:, None] >= np.asarray(radii)[None, :])
+    by_idx = {int(i): row for i, row in zip(records["idx"], certified)}
+    if len(by_idx) != len(records):
+        raise SmoothcertError(f"{records.path} repeats an idx; merge shards with "
+                              "`smoothcert merge`")
+    return by_idx
+
+
 def parse_radii(text: str) -> tuple[float, ...]:
     """Radii from ``"start:stop:step"`` (stop included, within rounding) or ``"0,0.5,1"``.
 

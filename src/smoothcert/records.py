@@ -309,13 +309,17 @@ def parse_duration(text: str) -> float:
 
 def distinct_labels(paths: Sequence, strip_suffix: bool = True) -> list[str]:
     """Short display names: each file's stem, with as many parent folders as needed to tell
-    files apart (``a/certify.tsv``, ``b/certify.tsv`` → ``a/certify``, ``b/certify``)."""
-    parts = [(Path(p).with_suffix("") if strip_suffix else Path(p)).parts for p in paths]
+    files apart (``a/certify.tsv``, ``b/certify.tsv`` → ``a/certify``, ``b/certify``). A path
+    given twice gets the same name twice."""
+    unique = list(dict.fromkeys(str(p) for p in paths))
+    parts = [(Path(p).with_suffix("") if strip_suffix else Path(p)).parts for p in unique]
+    names = unique
     for depth in range(1, max(len(p) for p in parts) + 1):
         labels = ["/".join(p[-depth:]) for p in parts]
         if len(set(labels)) == len(labels):
-            return labels
-    return [str(p) for p in paths]
+            names = labels
+            break
+    return [dict(zip(unique, names))[str(p)] for p in paths]
 
 
 # --------------------------------------------------------------------------- merging shards

@@ -32,10 +32,12 @@ import yaml
 
 from .errors import SmoothcertError
 from .metrics import (
+    Agreement,
     AttackSummary,
     Summary,
     average_certified_radius,
     certified_accuracy_envelope,
+    certified_agreement,
     is_attack_records,
     parse_radii,
     summarize,
@@ -104,6 +106,37 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
 
         plot_pa_ecdf(records, ecdf)
     return formatter(table)
+
+
+def agreement_report(paths: Iterable, radii, fmt: str = "md") -> str:
+    """Compare record files pairwise, example by example (1st with 2nd, 3rd with 4th, ...).
+
+    One row per pair: the two names, n, the fraction of (example, radius) pairs on which they
+    agree, then per radius ``a/b``: the examples only the first certifies there / only the
+    second (see :class:`~smoothcert.metrics.Agreement`).
+    """
+    formatter = get_format(fmt)
+    radii = parse_radii(radii) if isinstance(radii, str) else tuple(float(r) for r in radii)
+    paths, labels = _paths_and_labels(paths)
+    if len(paths) % 2:
+        raise SmoothcertError(f"--agreement compares files in pairs; got {len(paths)} files")
+    records = [dataclasses.replace(read_records(p), label=label)
+               for p, label in zip(paths, labels)]
+    pairs = zip(records[::2], records[1::2])
+    return formatter(agreement_table([certified_agreement(a, b, radii) for a, b in pairs]))
+
+
+def agreement_table(agreements: Sequence[Agreement]) -> Table:
+    radii = agreements[0].radii
+    labels = [radius_label(r) for r in radii]
+    return Table(
+        keys=("first", "second", "n", "agreement", *labels),
+        headers=("first", "second", "n", "agree", *labels),
+        styles=("text", "text", "int", "percent", *["text"] * len(radii)),
+        rows=tuple((a.first, a.second, a.count, a.agreement,
+                    *(f"{f}/{s}" for f, s in zip(a.first_only, a.second_only)))
+                   for a in agreements),
+    )
 
 
 def _attack_files(records: Sequence) -> bool:
