@@ -16,7 +16,7 @@
 #                       reach, σΦ⁻¹(α^(1/10⁴)) = 3.19σ: 0–0.75 (σ = 0.25), 0–1.5 (σ = 0.5),
 #                       0–3.0 (σ = 1.0); so both certifiers answer the same question at every
 #                       grid radius, with the same largest number of draws
-#   sequential_nmax100k.tsv   gaussian_s025 only: the default test (union) with n_max = 100,000,
+#   sequential_nmax100k.tsv   gaussian_s025 and _s050: the default test (union), n_max = 100,000,
 #                       i.e. room to spend more draws than CERTIFY on inputs near a grid radius
 #   data_dependent.tsv  Alfarra et al.'s certification (OptimizeSigma, authors' defaults, memory)
 #                       of gaussian_s050, consistency_s050 and the data-dependently trained
@@ -84,7 +84,8 @@ records_of() {  # the record files (stems) of run $1
     local stems=(certify sequential)
     case $1 in
         gaussian_s025) stems+=(sequential_nmax100k) ;;
-        gaussian_s050 | consistency_s050 | gaussian_dd_s050) stems+=(data_dependent) ;;
+        gaussian_s050) stems+=(data_dependent sequential_nmax100k) ;;
+        consistency_s050 | gaussian_dd_s050) stems+=(data_dependent) ;;
         heat_s050) stems+=(deterministic lbound_heuristic) ;;
     esac
     echo "${stems[@]}"
@@ -306,7 +307,7 @@ report "$out/sequential_s025.md" \
     --radii 0:0.75:0.25
 report "$out/sequential_s050.md" \
     $(for name in "${s050[@]}"; do files certify "$name"; files sequential "$name"; done) \
-    --radii 0:1.5:0.25
+    $(files sequential_nmax100k gaussian_s050) --radii 0:1.5:0.25
 report "$out/sequential_s100.md" \
     $(for name in gaussian_s100 consistency_s100; do files certify "$name"
           files sequential "$name"; done) --radii 0:3:0.25

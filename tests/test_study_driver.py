@@ -45,7 +45,7 @@ def _runs() -> list[str]:
 
 def _stems(name: str) -> list[str]:
     stems = ["certify", "sequential"]
-    if name == "gaussian_s025":
+    if name in ("gaussian_s025", "gaussian_s050"):
         stems.append("sequential_nmax100k")
     if name in ("gaussian_s050", "consistency_s050", "gaussian_dd_s050"):
         stems.append("data_dependent")
@@ -128,7 +128,9 @@ def test_tables_hold_the_rows_numbers(reported):
                if line.startswith("| gaussian_s025/certify "))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1:4] == ["500", "75.0%", "25.0%"]  # n, clean accuracy, abstain
-    assert "gaussian_s025/sequential_nmax100k" in (out / "sequential_s025.md").read_text()
+    for sigma in ("025", "050"):
+        text = (out / f"sequential_s{sigma}.md").read_text()
+        assert f"gaussian_s{sigma}/sequential_nmax100k" in text, sigma
 
 
 def test_cost_tables(reported):
@@ -177,6 +179,6 @@ def test_sequential_draws(reported):
     lines = (out / "sequential_draws.tsv").read_text().splitlines()
     assert lines[0].split("\t") == ["name", "file", "certify_forward_per_image",
                                     "sequential_forward_per_image", "fewer", "stopped"]
-    assert len(lines) == 1 + len(_runs()) + 1  # gaussian_s025 has two sequential files
+    assert len(lines) == 1 + len(_runs()) + 2  # gaussian_s025, _s050: two sequential files
     assert lines[1].split("\t") == ["gaussian_s025", "sequential", "10100", "2500", "4.04",
                                     "all=500"]
