@@ -138,7 +138,7 @@ def summarize(records: Records, radii: Sequence[float]) -> Summary:
     )
 
 
-# --------------------------------------------------------------------------- radius grids
+# --------------------------------------------------------------------------- two files compared
 @dataclass(frozen=True)
 class Agreement:
     """Two record files of the same examples compared example by example at each radius.
@@ -197,6 +197,7 @@ def _certified_by_idx(records: Records, radii: tuple) -> dict:
     return by_idx
 
 
+# --------------------------------------------------------------------------- radius grids
 def parse_radii(text: str) -> tuple[float, ...]:
     """Radii from ``"start:stop:step"`` (stop included, within rounding) or ``"0,0.5,1"``.
 

@@ -79,9 +79,8 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
     ``ecdf``, a path, receives the p̂_A ECDF figure of the files (Sun et al. 2024, Fig. 3).
     """
     formatter = get_format(fmt)  # fail on a bad name before reading anything
-    radii = parse_radii(radii) if isinstance(radii, str) else tuple(float(r) for r in radii)
-    records = [dataclasses.replace(read_records(p), label=label)
-               for p, label in zip(*_paths_and_labels(paths))]
+    radii = _radii(radii)
+    records = _labelled_records(paths)
     if _attack_files(records):
         if envelope or ecdf is not None:
             raise SmoothcertError("the envelope and the p̂_A ECDF need CERTIFY record files, "
@@ -116,12 +115,11 @@ def agreement_report(paths: Iterable, radii, fmt: str = "md") -> str:
     second (see :class:`~smoothcert.metrics.Agreement`).
     """
     formatter = get_format(fmt)
-    radii = parse_radii(radii) if isinstance(radii, str) else tuple(float(r) for r in radii)
-    paths, labels = _paths_and_labels(paths)
+    radii = _radii(radii)
+    paths = _paths_and_labels(paths)[0]
     if len(paths) % 2:
         raise SmoothcertError(f"--agreement compares files in pairs; got {len(paths)} files")
-    records = [dataclasses.replace(read_records(p), label=label)
-               for p, label in zip(paths, labels)]
+    records = _labelled_records(paths)
     pairs = zip(records[::2], records[1::2])
     return formatter(agreement_table([certified_agreement(a, b, radii) for a, b in pairs]))
 
@@ -137,6 +135,17 @@ def agreement_table(agreements: Sequence[Agreement]) -> Table:
                     *(f"{f}/{s}" for f, s in zip(a.first_only, a.second_only)))
                    for a in agreements),
     )
+
+
+def _radii(radii) -> tuple[float, ...]:
+    """A sequence of floats, or a string for :func:`~smoothcert.metrics.parse_radii`."""
+    return parse_radii(radii) if isinstance(radii, str) else tuple(float(r) for r in radii)
+
+
+def _labelled_records(paths) -> list:
+    """Each file's records, named by :func:`~smoothcert.records.distinct_labels`."""
+    return [dataclasses.replace(read_records(p), label=label)
+            for p, label in zip(*_paths_and_labels(paths))]
 
 
 def _attack_files(records: Sequence) -> bool:
