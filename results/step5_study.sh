@@ -258,6 +258,12 @@ if (( ${#missing[@]} )); then
     exit 0
 fi
 
+device_of() {  # the device type recorded in the manifest of run $1's record file $2, or "?"
+    local found
+    found=$(sed -n 's/.*"device_type": *"\([a-z]*\)".*/\1/p' \
+                "$out/$1/$2.tsv.manifest.json" 2>/dev/null | head -n 1 || true)
+    echo "${found:-?}"
+}
 report() {  # report OUT.md ARGS...: one table, written only when complete
     local md=$1
     shift
@@ -349,15 +355,15 @@ done
 } >"$out/sequential_draws.tsv"
 
 # Certification cost: seconds per record file (the sum of its rows' `time`, each image's share
-# of the wall time) and per image.
+# of the wall time) and per image, with the device type its manifest records (cpu or cuda).
 {
-    printf 'name\tfile\timages\tseconds\tseconds_per_image\n'
+    printf 'name\tfile\timages\tseconds\tseconds_per_image\tdevice\n'
     for name in "${RUNS[@]}"; do
         for stem in $(records_of "$name"); do
-            awk -F'\t' -v name="$name" -v stem="$stem" '
+            awk -F'\t' -v name="$name" -v stem="$stem" -v device="$(device_of "$name" "$stem")" '
                 FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
                 { s += $(col["time"]); n++ }
-                END { printf "%s\t%s\t%d\t%.1f\t%.3f\n", name, stem, n, s, s / n }
+                END { printf "%s\t%s\t%d\t%.1f\t%.3f\t%s\n", name, stem, n, s, s / n, device }
             ' "$out/$name/$stem.tsv"
         done
     done

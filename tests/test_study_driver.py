@@ -58,7 +58,8 @@ def _write_records(path: Path, task: str, sigma: float, draws: int) -> None:
     """COUNT rows: image i is correct with radius σ·(i mod 4)/4, or abstains when i mod 4 = 3;
     ``n`` = draws, n0 = 100, time 0.5 s each."""
     columns = TASKS[task].columns
-    writer, _ = open_records(path, columns, {"kind": task, "identity": {"task": task},
+    writer, _ = open_records(path, columns, {"kind": task,
+                                             "identity": {"task": task, "device_type": "cpu"},
                                              "shard": {}})
     with writer:
         for i in range(COUNT):
@@ -144,7 +145,8 @@ def test_cost_tables(reported):
     assert all(f"| {name} |" in cost for name in _runs())
     lines = (out / "certify_time.tsv").read_text().splitlines()
     assert len(lines) == 1 + sum(len(_stems(name)) for name in _runs())
-    assert lines[1].split("\t") == ["gaussian_s025", "certify", "500", "250.0", "0.500"]
+    assert lines[1].split("\t") == ["gaussian_s025", "certify", "500", "250.0", "0.500",
+                                 "cpu"]
 
 
 def test_agreement_tables(reported):
