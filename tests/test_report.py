@@ -12,7 +12,7 @@ import pytest
 
 from conftest import COHEN_ROWS, GRID
 from smoothcert.errors import SmoothcertError
-from smoothcert.plots import plot_certified_accuracy
+from smoothcert.plots import LEGEND_INSIDE_MAX, line_styles, plot_certified_accuracy
 from smoothcert.records import read_records
 from smoothcert.report import FORMATS, get_format, radius_label, report
 
@@ -150,6 +150,24 @@ def test_plot_two_files_is_a_png(tmp_path, files):
     assert not list(tmp_path.glob(".*.tmp"))  # the temporary file was renamed away
 
 
+def test_line_styles_stay_distinct_past_ten_curves():
+    styles = [(tuple(s["color"]), s["linestyle"]) for s in line_styles()]
+    assert len(styles) == 40 and len(set(styles)) == 40
+    assert {ls for _, ls in styles[:10]} == {"-"} and len({c for c, _ in styles[:10]}) == 10
+    assert styles[10][1] == "--" and styles[10][0] == styles[0][0]  # 11th: 1st color, dashed
+
+
+def test_long_legend_goes_beside_the_axes(tmp_path):
+    def width(path):  # PNG IHDR: width in bytes 16-20
+        return int.from_bytes(path.read_bytes()[16:20], "big")
+
+    records = [read_records(write_tsv(tmp_path / f"run{i}.tsv", OURS_HEADER, OURS_ROWS))
+               for i in range(LEGEND_INSIDE_MAX + 1)]
+    few = plot_certified_accuracy(records[:LEGEND_INSIDE_MAX], tmp_path / "few.png")
+    many = plot_certified_accuracy(records, tmp_path / "many.png")
+    assert width(many) / width(few) == pytest.approx(8.0 / 5.0, rel=0.01)
+
+
 def test_report_writes_plot(tmp_path, files):
     report(files, GRID, fmt="md", plot=tmp_path / "fig.png")
     assert (tmp_path / "fig.png").read_bytes()[:8] == PNG_MAGIC
@@ -176,7 +194,7 @@ def test_no_matplotlib_at_import_and_no_global_state(tmp_path, files):
         "assert 'matplotlib' not in sys.modules, 'matplotlib imported at package import'\n"
         "import matplotlib\n"
         "matplotlib.use('svg')\n"
-        "from smoothcert.plots import plot_certified_accuracy\n"
+        "from smoothcert.plots import LEGEND_INSIDE_MAX, line_styles, plot_certified_accuracy\n"
         "from smoothcert.records import read_records\n"
         f"plot_certified_accuracy([read_records({str(files[0])!r})], {str(tmp_path / 'a.png')!r})\n"
         "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"

@@ -19,6 +19,7 @@ from .metrics import attack_curve, certified_accuracy_curve, envelope_curve, pa_
 from .records import Records
 
 MARGIN = 1.05  # the x axis runs 5% past the largest radius, so every curve visibly drops to 0
+LEGEND_INSIDE_MAX = 6  # curves whose legend fits inside the axes; more go beside them
 
 
 def plot_certified_accuracy(
@@ -88,6 +89,17 @@ def plot_attack_curve(records_list: Sequence[Records], path) -> Path:
     return _save_atomic(fig, Path(path))
 
 
+def line_styles():
+    """The curves' (color, linestyle) cycle: the ten tab10 colors solid, then dashed, dotted and
+    dash-dotted, so up to 40 curves stay distinct (the default cycle repeats after ten, and a
+    study's σ = 0.5 figure has twelve)."""
+    from cycler import cycler
+    from matplotlib import colormaps
+
+    return (cycler(linestyle=["-", "--", ":", "-."])
+            * cycler(color=[colormaps["tab10"](i) for i in range(10)]))
+
+
 def _figure(xlabel: str, ylabel: str):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -95,6 +107,7 @@ def _figure(xlabel: str, ylabel: str):
     fig = Figure(figsize=(5, 3.5), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
+    ax.set_prop_cycle(line_styles())
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     return fig, ax
@@ -104,7 +117,12 @@ def _finish(ax, x_max: float, legend: str) -> None:
     ax.set_xlim(0.0, x_max)
     ax.set_ylim(0.0, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(loc=legend, fontsize="small")
+    labels = ax.get_legend_handles_labels()[1]
+    if len(labels) > LEGEND_INSIDE_MAX:  # a long legend would hide the curves: put it beside
+        ax.figure.set_size_inches(8.0, 3.5)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small")
+    else:
+        ax.legend(loc=legend, fontsize="small")
 
 
 def _clip_steps(radii: np.ndarray, acc: np.ndarray, max_radius: float):
