@@ -141,20 +141,33 @@ def _straight_and_resumed(world: World, out) -> None:
     train(RESUME, out / "resumed", progress=False, resume=True)
 
 
-def torchrun(*args, cwd) -> subprocess.CompletedProcess:
-    """``torchrun --standalone --nproc-per-node 2 ARGS`` (a free port), which must succeed."""
+def torchrun(*args, cwd, check=True) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc-per-node 2 ARGS`` (a free port), which must succeed
+    unless ``check`` is False."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            *args]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0 or not check, done.stderr[-3000:]
     return done
+
+
+# A rank sometimes dies with SIGABRT and only "terminate called without an active exception"
+# from C++ (no Python traceback): seen in 3 of ~30 runs of this file under pytest on the 2-core
+# CI machine, in 0 of 16 runs of the same torchrun command from a shell; cause not found yet.
+# That one signature gets one more try in a fresh folder; any other failure, or the abort
+# twice, fails the tests.
+_ABORT = "terminate called without an active exception"
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp")
-    init = write_checkpoint(out / "init.pt")  # heat fine-tunes a digits_cnn
-    torchrun(__file__, str(out), cwd=out)
+    for _ in range(2):
+        out = tmp_path_factory.mktemp("ddp")
+        init = write_checkpoint(out / "init.pt")  # heat fine-tunes a digits_cnn
+        done = torchrun(__file__, str(out), cwd=out, check=False)
+        if done.returncode == 0 or _ABORT not in done.stderr:
+            break
+    assert done.returncode == 0, done.stderr[-3000:]
     return out, torch.load(out / "results.pt", weights_only=True), str(init)
 
 
