@@ -152,8 +152,8 @@ def torchrun(*args, cwd, check=True) -> subprocess.CompletedProcess:
 
 
 # A rank sometimes dies with SIGABRT and only "terminate called without an active exception"
-# from C++ (no Python traceback): seen in 3 of ~30 runs of this file under pytest on the 2-core
-# CI machine, in 0 of 16 runs of the same torchrun command from a shell; cause not found yet.
+# from C++ (no Python traceback): seen in 3 of ~30 runs of this file under pytest on our 2-core
+# machine, in 0 of 16 runs of the same torchrun command from a shell; cause not found yet.
 # That one signature gets one more try in a fresh folder; any other failure, or the abort
 # twice, fails the tests.
 _ABORT = "terminate called without an active exception"

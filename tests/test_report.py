@@ -194,7 +194,7 @@ def test_no_matplotlib_at_import_and_no_global_state(tmp_path, files):
         "assert 'matplotlib' not in sys.modules, 'matplotlib imported at package import'\n"
         "import matplotlib\n"
         "matplotlib.use('svg')\n"
-        "from smoothcert.plots import LEGEND_INSIDE_MAX, line_styles, plot_certified_accuracy\n"
+        "from smoothcert.plots import plot_certified_accuracy\n"
         "from smoothcert.records import read_records\n"
         f"plot_certified_accuracy([read_records({str(files[0])!r})], {str(tmp_path / 'a.png')!r})\n"
         "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"
