@@ -15,6 +15,9 @@ SHAPES = {
     "cifar_resnet20": (3, 32, 32),
     "cifar_resnet56": (3, 32, 32),
     "cifar_resnet110": (3, 32, 32),
+    # ImageNet's ResNet-50 is meant for 224×224; its adaptive pooling takes 64×64, which keeps
+    # these CPU tests fast (tests/test_import_checkpoint.py runs it at 224 once)
+    "resnet50": (3, 64, 64),
 }
 
 
@@ -143,3 +146,30 @@ def test_cifar_resnet110_matches_cohen_layout():
     assert "1.layer1.0.downsample.0.weight" not in state  # identity shortcut in stage 1
     assert tuple(state["1.layer2.0.downsample.0.weight"].shape) == (32, 16, 1, 1)
     assert tuple(state["1.fc.weight"].shape) == (10, 64)
+
+
+def test_torchvision_models_by_name_with_keyword_arguments():
+    """Any torchvision classifier behind our NormalizeLayer; keyword arguments reach its
+    constructor; the model records its classes and shape; a checkpoint rebuilds it."""
+    import torchvision
+
+    model = build_model("torchvision:mobilenet_v3_small", 5, (3, 32, 32), [0.5] * 3, [0.2] * 3,
+                        {"dropout": 0.5})
+    assert isinstance(model[1], torchvision.models.MobileNetV3)
+    assert model[1].classifier[2].p == 0.5 and model.num_classes == 5
+    assert model(torch.rand(2, 3, 32, 32)).shape == (2, 5)
+    with pytest.raises(SmoothcertError, match="cannot build torchvision:resnet18"):
+        build_model("torchvision:resnet18", 5, (3, 32, 32), [0.5] * 3, [0.2] * 3,
+                    {"no_such_argument": 1})
+    with pytest.raises(SmoothcertError, match="takes no keyword arguments"):
+        build_model("lenet", 5, (1, 28, 28), [0.5], [0.2], {"depth": 3})
+
+
+def test_timm_models_by_name():
+    pytest.importorskip("timm", reason="the optional extra smoothcert[timm] is not installed")
+    model = build_model("timm:resnet10t", 4, (3, 32, 32), [0.5] * 3, [0.2] * 3)
+    assert model(torch.rand(2, 3, 32, 32)).shape == (2, 4)
+    with pytest.raises(SmoothcertError, match="unknown timm model 'resnet10tt'.*resnet10t"):
+        build_model("timm:resnet10tt", 4, (3, 32, 32), [0.5] * 3, [0.2] * 3)
+    one_channel = build_model("timm:resnet10t", 4, (1, 32, 32), [0.5], [0.2])  # in_chans=C
+    assert one_channel(torch.rand(2, 1, 32, 32)).shape == (2, 4)

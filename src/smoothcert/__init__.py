@@ -1,5 +1,6 @@
 """smoothcert: randomized smoothing — train, certify and evaluate certifiably robust classifiers."""
 
+from .certify import certify_dataset
 from .errors import SmoothcertError
 from .noise import Gaussian, Uniform
 from .smoothing import Certificate, Prediction, Smoothed
@@ -15,6 +16,7 @@ __all__ = [
     "Uniform",
     "SmoothcertError",
     "binomial_pvalue",
+    "certify_dataset",
     "clopper_pearson_lower",
     "__version__",
 ]

@@ -77,6 +77,16 @@ def resolve_device(name: str):
     return torch.device(name)
 
 
+def _image_size_arg(p, help_text: str) -> None:
+    p.add_argument("--image-size", type=int, metavar="S", help=help_text)
+
+
+def _workers_arg(p) -> None:
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="processes decoding images ahead of the model (default: none for "
+                        "in-memory datasets; for image folders one per core but one, at most 8)")
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device",
@@ -143,6 +153,12 @@ def _train_args(p):
     p.add_argument("--dd-start-epoch", type=int, help="first epoch that optimizes σ")
     p.add_argument("--train-size", type=int, metavar="N",
                    help="train on a fixed class-balanced subset of N training examples")
+    p.add_argument("--arch-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="keyword argument of a torchvision:/timm: model's constructor, e.g. "
+                        "--arch-param dropout=0.1 (repeatable; stored in the checkpoint)")
+    _image_size_arg(p, "side S of the square inputs of an image folder: Resize(S·8/7) + "
+                       "CenterCrop(S) for evaluation, RandomResizedCrop(S) + flip for training "
+                       "(default 224)")
     p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.tsv, config.yaml")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--deterministic", action="store_true",
@@ -174,6 +190,7 @@ _TRAIN_FIELDS = (
     "dd_num_samples",
     "dd_start_epoch",
     "train_size",
+    "image_size",
 )
 
 
@@ -185,8 +202,10 @@ def cmd_train(args):
     fields = load_recipe(args.config) if args.config else {}
     fields.update({k: getattr(args, k) for k in _TRAIN_FIELDS if getattr(args, k) is not None})
     params = dict(fields.pop("method_params", None) or {}, **_parse_params(args.param))
+    arch_kwargs = dict(fields.pop("arch_kwargs", None) or {},
+                       **_parse_params(args.arch_param, "--arch-param"))
     fields["data_root"] = args.data_root or fields.get("data_root")
-    config = TrainConfig.from_dict({**fields, "method_params": params})
+    config = TrainConfig.from_dict({**fields, "method_params": params, "arch_kwargs": arch_kwargs})
     if args.deterministic:
         import torch
 
@@ -264,6 +283,9 @@ def _dataset_run_args(p) -> None:
     p.add_argument("--out", required=True, help="record file (TSV); a manifest goes beside it")
     p.add_argument("--num-shards", type=int, help="default: WORLD_SIZE or SLURM array size")
     p.add_argument("--shard-index", type=int, help="default: RANK or SLURM array task id")
+    _image_size_arg(p, "image folders: side S of the square inputs (default: the "
+                       "checkpoint's input size)")
+    _workers_arg(p)
     _engine_args(p)
     _add_common(p)
 
@@ -289,42 +311,54 @@ def _certifier_options(args) -> dict:
 
 
 def _run_task(task: str, args, options: dict | None = None) -> None:
-    from .certify import RunConfig, run_dataset
-    from .certify.runner import file_sha256
+    """Load the checkpoint's dataset split and hand everything to ``certify_dataset``."""
+    from .certify import certify_dataset
     from .distributed import rank_device
     from .models.checkpoint import load_checkpoint
+    from .records import shard_path
 
     meta = load_checkpoint(args.checkpoint).meta
     device = rank_device(resolve_device(args.device))  # one GPU per torchrun rank
-    sigma = args.sigma if args.sigma is not None else float(meta["noise"]["sigma"])
-    cfg = RunConfig(
-        task=getattr(args, "certifier", task),
-        options=options if options is not None else _certifier_options(args),
-        checkpoint_sha256=file_sha256(args.checkpoint),
-        dataset=args.dataset or meta["dataset"],
-        split=args.split,
-        sigma=sigma,
+    dataset, shard = _run_dataset(args, meta), _shard(args)
+    certify_dataset(
+        args.checkpoint,
+        dataset,
+        sigma=args.sigma,
+        n0=getattr(args, "n0", 100),  # predict and attack have no selection draws
         n=args.n,
         alpha=args.alpha,
         batch=args.batch,
         seed=args.seed,
         skip=args.skip,
         max_count=args.max_count,
-        n0=getattr(args, "n0", None),
-        device_type=device.type,
+        certifier=getattr(args, "certifier", task),
+        options=options if options is not None else _certifier_options(args),
+        out=args.out,
+        shard=shard,
+        device=device,
+        workers=args.workers,
         engine={"precision": args.precision, "channels_last": args.channels_last,
                 "compile": args.compile},
+        progress=not args.no_progress and _is_main_rank(),
     )
-    path = run_dataset(
-        cfg,
-        args.checkpoint,
-        args.out,
-        shard=_shard(args),
-        device=device,
-        data_root=args.data_root,
-        progress=not args.no_progress,
-    )
-    print(f"records: {path}")
+    print(f"records: {shard_path(args.out, *shard)}")
+
+
+def _run_dataset(args, meta: dict):
+    """The split to run on; an image folder at the checkpoint's input size unless
+    ``--image-size`` says otherwise."""
+    from .data import dataset_spec, load_dataset
+
+    name = args.dataset or meta["dataset"]
+    image_size = args.image_size
+    if image_size is None and dataset_spec(name).streamed:
+        image_size = int(meta["input_shape"][-1])
+    return load_dataset(name, args.split, data_root=args.data_root, image_size=image_size)
+
+
+def _is_main_rank() -> bool:
+    """Rank 0 under torchrun (one progress bar for K processes), or a process alone."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 @command(

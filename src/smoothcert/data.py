@@ -58,7 +58,15 @@ class DatasetSpec:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     augmentation: str
-    loader: Loader
+    loader: Loader | None
+    # Streamed image folders (``image_folders.py``): ``opener(spec, split, data_root,
+    # image_size)`` scans the folder and returns a FolderDataset; ``loader`` is then None and
+    # ``num_classes`` 0 when the folder decides it.
+    opener: Callable | None = None
+
+    @property
+    def streamed(self) -> bool:
+        return self.opener is not None
 
 
 DATASETS: Registry = Registry("dataset")
@@ -81,6 +89,15 @@ def register_dataset(
         return loader
 
     return wrap
+
+
+def register_folder_dataset(name: str, *, num_classes: int, image_size: int,
+                            mean: tuple[float, ...], std: tuple[float, ...],
+                            opener: Callable) -> None:
+    """Register a streamed image-folder dataset (RGB, ``image_size`` square by default)."""
+    spec = DatasetSpec(name, num_classes, (3, image_size, image_size), tuple(mean), tuple(std),
+                       "none", None, opener)
+    DATASETS.register(name)(spec)
 
 
 def dataset_spec(name: str) -> DatasetSpec:
@@ -115,6 +132,10 @@ class ImageDataset:
 
     def __len__(self) -> int:
         return self.images.shape[0]
+
+    def __getitem__(self, idx: int) -> tuple[torch.Tensor, int]:
+        """Example ``idx`` (a map-style dataset of (x, y), as torch's ``Dataset``)."""
+        return self.example(int(idx))
 
     @property
     def name(self) -> str:
@@ -184,16 +205,25 @@ def balanced_subset(labels: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def load_dataset(
-    name: str, split: str, data_root: str | os.PathLike | None = None, download: bool = True
-) -> ImageDataset:
-    """Load split ``"train"`` or ``"test"`` of dataset ``name`` into CPU memory.
+    name: str, split: str, data_root: str | os.PathLike | None = None, download: bool = True,
+    *, image_size: int | None = None,
+):
+    """Split ``"train"`` or ``"test"`` of dataset ``name``: an :class:`ImageDataset` in CPU
+    memory, or for image folders (``imagenet``, ``imagefolder``) a streamed
+    :class:`~smoothcert.image_folders.FolderDataset` that decodes images when read.
 
     ``data_root`` is where to look first (see each loader); ``download`` allows fetching with
-    torchvision when the data are found nowhere locally.
+    torchvision when the data are found nowhere locally. ``image_size`` (folders only) is the
+    side S of the square inputs.
     """
     spec = dataset_spec(name)
     if split not in SPLITS:
         raise SmoothcertError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if spec.streamed:
+        return spec.opener(spec, split, data_root, image_size)
+    if image_size is not None:
+        raise SmoothcertError(f"--image-size is for image folders; {name} images are "
+                              f"{spec.input_shape[1]}×{spec.input_shape[2]}")
     root = Path(data_root).expanduser() if data_root is not None else None
     images, labels, scale = spec.loader(split, root, download)
     _check_loaded(spec, images, labels)
@@ -547,3 +577,6 @@ def crop_and_flip(
     batch = torch.arange(b, device=x.device)[:, None, None]
     out = padded[batch, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
     return out.permute(0, 3, 1, 2).contiguous()
+
+
+from . import image_folders  # noqa: E402,F401  (registers imagenet and imagefolder)

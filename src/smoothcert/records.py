@@ -372,7 +372,9 @@ def _check_coverage(parts: list[Records], manifest: dict, idx: list[int]) -> Non
     if len(set(idx)) != len(idx):
         dup = sorted({i for i in idx if idx.count(i) > 1})[:5]
         raise SmoothcertError(f"duplicate indices across the files: {dup}")
-    expected = global_indices(**manifest["indices"])
+    spec = manifest["indices"]
+    expected = spec.get("explicit") or global_indices(
+        spec["dataset_size"], spec["skip"], spec["max_count"])
     missing = sorted(set(expected) - set(idx))
     if missing or len(idx) != len(expected):
         raise SmoothcertError(

@@ -93,7 +93,9 @@ class Trainer:
         self.world = world if world is not None else World(device=self.device)
         self.world.check_batch(config.batch_size)
         self.train_data = _training_split(config).to(self.device)
-        self.test_data = load_dataset(config.dataset, "test", config.data_root).to(self.device)
+        self.test_data = load_dataset(config.dataset, "test", config.data_root,
+                                      image_size=config.image_size).to(self.device)
+        _check_same_classes(self.train_data, self.test_data)
         self.model = _initial_model(config, self.train_data.spec).to(self.device)
         if load_init and config.init_checkpoint is not None:
             _load_initial_weights(self.model, config)
@@ -176,7 +178,7 @@ class Trainer:
         """One optimizer step on the global ``batch`` (indices); this rank trains on its part.
         Returns the method's output and the labels of the part."""
         idx = self.world.part(batch)
-        x, y = self.train_data.batch(idx)
+        x, y = self._epoch_data().batch(idx)
         x = augment(self.train_data.spec.augmentation, x, self.noise_gen)
         noise = self.per_example_sigma.noise_for(self.model, x, idx, self.noise_gen, self.epoch)
         self.train_model.train()
@@ -186,6 +188,14 @@ class Trainer:
         (loss if scale == 1 else loss * scale).backward()  # DDP averages the ranks' gradients
         self.optimizer.step()
         return out, y
+
+    def _epoch_data(self):
+        """The training examples as this epoch reads them: an image folder decodes each image
+        with the training transform of (seed, epoch, idx); data in memory are augmented on
+        the device after batching (:func:`smoothcert.data.augment`)."""
+        if hasattr(self.train_data, "augmented"):
+            return self.train_data.augmented(self.config.seed, self.epoch)
+        return self.train_data
 
     def _batches(self) -> list[torch.Tensor]:
         """This epoch's global index batches: the method's order (:meth:`epoch_indices`) or a
@@ -280,6 +290,8 @@ class Trainer:
             method={"name": c.method, "hparams": self.method.hparams()},
             epoch=self.epoch,
             config=c.to_dict(),
+            arch_kwargs=c.arch_kwargs,
+            classes=getattr(self.train_data, "classes", None),
         )
         return {**meta, "num_hparams": len(self.method.hparams())}
 
@@ -336,17 +348,28 @@ class Trainer:
 def _training_split(config: TrainConfig) -> ImageDataset:
     """The examples the run trains on: the whole training split, or its fixed class-balanced
     subset of ``config.train_size`` examples."""
-    data = load_dataset(config.dataset, "train", config.data_root)
+    data = load_dataset(config.dataset, "train", config.data_root, image_size=config.image_size)
     if config.train_size is None:
         return data
     return data.subset(balanced_subset(data.labels, config.train_size))
+
+
+def _check_same_classes(train, test) -> None:
+    """An image folder's train/ and val/ must name the same classes in the same order."""
+    a, b = getattr(train, "classes", None), getattr(test, "classes", None)
+    if a is not None and list(a) != list(b):
+        only = sorted(set(a) ^ set(b))[:5]
+        raise SmoothcertError(f"the train and evaluation folders have different classes "
+                              f"({len(a)} vs {len(b)}; only in one: {', '.join(only) or 'none'}); "
+                              "give both the same class folders")
 
 
 def _initial_model(config: TrainConfig, spec) -> torch.nn.Module:
     """The architecture initialised from the run seed, without touching the global RNG state."""
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(derived_seed(config.seed, _INIT))
-        return build_model(config.arch, spec.num_classes, spec.input_shape, spec.mean, spec.std)
+        return build_model(config.arch, spec.num_classes, spec.input_shape, spec.mean, spec.std,
+                           config.arch_kwargs)
 
 
 def _load_initial_weights(model: torch.nn.Module, config: TrainConfig) -> None:

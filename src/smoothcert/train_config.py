@@ -21,6 +21,7 @@ from .data_dependent import SIGMA_MODES
 from .errors import SmoothcertError, check_count, check_positive_finite, unknown_name
 from .methods import METHODS, build_method
 from .models import MODELS
+from .models.archs import EXTERNAL_ZOOS
 
 
 # --------------------------------------------------------------------------- config
@@ -77,6 +78,8 @@ class TrainConfig:
     dd_num_samples: int = 1  # n: noise draws per OptimizeSigma step
     dd_start_epoch: int = 0  # epochs at the fixed σ before σ_x is optimised
     train_size: int | None = None  # train on this many examples (a fixed class-balanced subset)
+    arch_kwargs: dict = field(default_factory=dict)  # torchvision:/timm: constructor arguments
+    image_size: int | None = None  # image folders: side S of the square inputs (default 224)
 
     def __post_init__(self):
         for name, value in _validated(self).items():
@@ -85,7 +88,8 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain Python values (lists, not tuples), ready for YAML and checkpoints."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d.update(method_params=dict(self.method_params), lr_milestones=list(self.lr_milestones))
+        d.update(method_params=dict(self.method_params), lr_milestones=list(self.lr_milestones),
+                 arch_kwargs=dict(self.arch_kwargs))
         return d
 
     @classmethod
@@ -120,7 +124,9 @@ def _validated(c: TrainConfig) -> dict[str, Any]:
     method = build_method(_check_str("method", c.method), **params)
     values = {
         "dataset": _check_name("dataset", c.dataset, _known_datasets()),
-        "arch": _check_name("arch", c.arch, _known_archs()),
+        "arch": _check_arch(c.arch),
+        "arch_kwargs": _check_arch_kwargs(c.arch, c.arch_kwargs),
+        "image_size": _check_image_size(c.dataset, c.image_size),
         "sigma": check_positive_finite("sigma", c.sigma),
         "epochs": check_count("epochs", c.epochs),
         "method_params": method.hparams(),
@@ -211,6 +217,31 @@ def _check_milestones(milestones) -> tuple:
             f"lr_milestones must be strictly increasing epochs >= 1, got {milestones!r}"
         )
     return values
+
+
+def _check_arch(arch) -> str:
+    """A registered architecture, or ``torchvision:NAME`` / ``timm:NAME`` (the name is checked
+    when the model is built, with close names listed)."""
+    zoo, _, name = _check_str("arch", arch).partition(":")
+    if name and zoo in EXTERNAL_ZOOS:
+        return arch
+    return _check_name("arch", arch, [*_known_archs(), "torchvision:NAME", "timm:NAME"])
+
+
+def _check_arch_kwargs(arch: str, kwargs) -> dict:
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise SmoothcertError(f"arch_kwargs must be a mapping of names to values, got {kwargs!r}")
+    if kwargs and arch.partition(":")[0] not in EXTERNAL_ZOOS:
+        raise SmoothcertError(f"arch_kwargs are for torchvision: and timm: models, not {arch}")
+    return dict(kwargs)
+
+
+def _check_image_size(dataset, image_size) -> int | None:
+    if image_size is None:
+        return None
+    if isinstance(dataset, str) and dataset in DATASETS and not DATASETS[dataset].streamed:
+        raise SmoothcertError(f"image_size is for image folders; {dataset} has a fixed size")
+    return check_count("image_size", image_size)
 
 
 def _known_datasets():

@@ -11,11 +11,12 @@ from .runner import (
     RunContext,
     Task,
     certificate_row,
+    certify_dataset,
     register_task,
     run_dataset,
 )
 
-import_submodules(__name__, __path__, skip=("runner",))
+import_submodules(__name__, __path__, skip=("runner", "inputs"))
 
 __all__ = [
     "TASKS",
@@ -23,6 +24,7 @@ __all__ = [
     "RunContext",
     "Task",
     "certificate_row",
+    "certify_dataset",
     "register_task",
     "run_dataset",
 ]

@@ -8,8 +8,8 @@ one input to one row. New certifiers (sequential, data-dependent, ...) register 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import hashlib
 import platform
 import socket
 import subprocess
@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -28,13 +29,20 @@ from ..errors import (
     check_positive_finite,
     check_probability,
 )
-from ..models.checkpoint import model_from_checkpoint, versions
-from ..noise import Gaussian
+from ..models.checkpoint import versions
+from ..noise import Gaussian, Uniform
 from ..records import Records, global_indices, open_records, read_records, shard_indices, shard_path
 from ..registry import Registry
 from ..rng import example_generator
-from ..sampling import BatchedVotes
+from ..sampling import BatchedVotes, eval_mode
 from ..smoothing import Certificate, Smoothed
+from .inputs import (
+    Examples,
+    ModelSource,
+    as_examples,
+    file_sha256,  # noqa: F401  (re-exported for the CLI and the demo)
+    load_source,
+)
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,8 @@ class RunConfig:
     # The engine's non-default accelerations (``BatchedVotes.settings``); empty = float32 eager,
     # so the identity of a plain run is the same as before these settings existed.
     engine: dict = field(default_factory=dict)
+    # An explicit list of dataset indices instead of skip/max (``certify_dataset(indices=...)``).
+    indices: tuple[int, ...] | None = None
 
     def __post_init__(self):
         task = TASKS[self.task]
@@ -78,6 +88,28 @@ class RunConfig:
         if task.validate is not None:
             task.validate(self.options)
         object.__setattr__(self, "engine", _resolved_engine(self.engine))
+        if self.indices is not None:
+            object.__setattr__(self, "indices", _checked_indices(self.indices))
+
+    def run_indices(self, dataset_size: int) -> list[int]:
+        """The run's global index list (before sharding): the explicit indices, or every
+        ``skip``-th index, at most ``max_count`` of them."""
+        if self.indices is None:
+            return global_indices(dataset_size, self.skip, self.max_count)
+        outside = [i for i in self.indices if i >= dataset_size]
+        if outside:
+            raise SmoothcertError(f"indices {outside[:5]} lie outside the dataset of "
+                                  f"{dataset_size} examples")
+        return list(self.indices)
+
+
+def _checked_indices(indices) -> tuple[int, ...]:
+    values = tuple(indices)
+    if not values or not all(type(i) is int and i >= 0 for i in values):
+        raise SmoothcertError("indices must be a non-empty list of integers >= 0")
+    if len(set(values)) != len(values):
+        raise SmoothcertError("indices must not repeat an index")
+    return values
 
 
 def _resolved_engine(given: dict) -> dict:
@@ -118,7 +150,7 @@ class RunContext:
 
     config: RunConfig
     smoothed: Smoothed
-    dataset: object  # smoothcert.data.ImageDataset
+    dataset: Examples  # example(idx) -> (x, label)
     done: Records
     device: torch.device
 
@@ -195,50 +227,171 @@ register_task("predict", Task(
      "count", "runner_up", "pvalue", "n", "alpha", "sigma", "seed"), _predict, batched=True))
 
 
-def run_dataset(
-    cfg: RunConfig, checkpoint, out, *, shard=(0, 1), device="cpu", data_root=None, progress=True
-) -> Path:
-    """Run ``cfg.task`` on this shard's examples, appending to (or resuming) its record file.
+def certify_dataset(
+    model,
+    dataset,
+    *,
+    sigma=None,
+    n0: int = 100,
+    n: int = 100_000,
+    alpha: float = 0.001,
+    batch: int = 1000,
+    seed: int = 0,
+    skip: int = 1,
+    max_count: int | None = None,
+    indices=None,
+    certifier: str = "certify",
+    options: dict | None = None,
+    out=None,
+    shard: tuple[int, int] = (0, 1),
+    num_classes: int | None = None,
+    device=None,
+    workers: int | None = None,
+    engine: dict | None = None,
+    progress: bool = False,
+) -> list[dict]:
+    """Certify (or run any registered certifier on) every selected example of ``dataset``.
 
-    Returns the record file's path (``out`` itself, or its shard name when there are shards).
+    ``model`` is a smoothcert checkpoint path or any ``nn.Module`` that maps pixels in [0, 1]
+    (B, C, H, W) to logits (its normalization inside); ``dataset`` any map-style dataset of
+    ``(x (C, H, W) float in [0, 1], y int)``. ``sigma`` is the noise level (a float, a
+    ``Gaussian``, or a ``Uniform`` noise, which selects the uniform variant of the certifier);
+    default: the checkpoint's. The examples are every ``skip``-th index, at most ``max_count``
+    (or the explicit ``indices``), then every K-th of them from k for ``shard`` = (k, K).
+    Example ``idx`` draws its noise from a generator seeded from (``seed``, idx), so the rows
+    depend on neither ``batch``, nor sharding, nor resuming.
+
+    With ``out``, the rows go to the record file (shard K > 1: ``out``'s shard name) with its
+    manifest, exactly as ``smoothcert certify`` writes them; rerunning resumes after the rows
+    already there, and a different configuration is refused. Returns the rows: the record
+    file's (resumed ones included), or those computed here when ``out`` is None. For the
+    default certifier each row's certificate holds with probability ≥ 1 − ``alpha``
+    (Cohen et al., Thm. 1): ``predict`` −1 is an abstention.
     """
-    model, meta = model_from_checkpoint(checkpoint, device=device)
-    dataset = load_dataset(cfg.dataset, cfg.split, data_root=data_root)
-    _check_compatible(meta, dataset)
-    mine = shard_indices(global_indices(len(dataset), cfg.skip, cfg.max_count), *shard)
+    source = load_source(model, device, num_classes)
+    data = as_examples(dataset)
+    task, sigma = _task_and_sigma(certifier, sigma, source.meta)
+    cfg = RunConfig(
+        task=task, checkpoint_sha256=source.sha256, dataset=data.name, split=data.split,
+        sigma=sigma, n=n, alpha=alpha, batch=batch, seed=seed, skip=skip, max_count=max_count,
+        n0=n0 if TASKS[task].needs_n0 else None, device_type=source.device.type,
+        options=dict(options or {}), engine=dict(engine or {}),
+        indices=tuple(indices) if indices is not None else None,
+    )
+    return execute(cfg, source, data, out, shard=_checked_shard(shard), workers=workers,
+                   progress=progress)
+
+
+# certify_dataset(sigma=Uniform(...)) runs the uniform-noise variant of these certifiers.
+_UNIFORM_VARIANTS = {"certify": "uniform", "data-dependent": "data-dependent-uniform"}
+
+
+def _task_and_sigma(certifier: str, sigma, meta: dict) -> tuple[str, float]:
+    TASKS[certifier]  # an unknown name raises with the list of known ones
+    if sigma is None:
+        if "noise" not in meta:
+            raise SmoothcertError("pass sigma: a module carries no noise level")
+        return certifier, float(meta["noise"]["sigma"])
+    if isinstance(sigma, Uniform):
+        if certifier not in _UNIFORM_VARIANTS:
+            raise SmoothcertError(f"certifier {certifier!r} has no uniform-noise variant")
+        return _UNIFORM_VARIANTS[certifier], sigma.scalar_sigma()
+    if isinstance(sigma, Gaussian):
+        return certifier, sigma.scalar_sigma()
+    return certifier, check_positive_finite("sigma", sigma)
+
+
+def _checked_shard(shard) -> tuple[int, int]:
+    index, count = shard
+    if type(count) is not int or type(index) is not int or count < 1 or not 0 <= index < count:
+        raise SmoothcertError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
+    return index, count
+
+
+def run_dataset(
+    cfg: RunConfig, checkpoint, out, *, shard=(0, 1), device="cpu", data_root=None,
+    progress=True, workers: int | None = None, image_size: int | None = None,
+) -> Path:
+    """Run ``cfg`` on this shard of ``cfg.dataset``'s split with the model of ``checkpoint``,
+    appending to (or resuming) its record file; returns that file's path (``out`` itself, or its
+    shard name when there are shards). See :func:`smoothcert.certify_dataset`."""
+    source = load_source(checkpoint, device)
+    dataset = load_dataset(cfg.dataset, cfg.split, data_root=data_root, image_size=image_size)
+    execute(cfg, source, as_examples(dataset), out, shard=shard, workers=workers,
+            progress=progress)
+    return shard_path(out, *shard)
+
+
+def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(0, 1),
+            workers: int | None = None, progress: bool = False) -> list[dict]:
+    """The rows of ``cfg`` on this shard's examples of ``data``; with ``out`` each row is also
+    appended (fsynced) to the shard's record file, resuming after the rows already there, and
+    the rows returned are the file's. Everything is checked before the file is opened."""
+    _check_compatible(source, data)
+    if workers is not None:
+        check_count("workers", workers, minimum=0)
+    mine = shard_indices(cfg.run_indices(len(data)), *shard)
     _check_shardable(cfg, shard)
-    path = shard_path(out, *shard)
-    manifest = _manifest(cfg, checkpoint, shard, len(dataset), device)
-    writer, done = open_records(path, TASKS[cfg.task].columns, manifest)
-    smoothed = Smoothed(model, Gaussian(cfg.sigma), dataset.num_classes,
+    path = shard_path(out, *shard) if out is not None else None
+    writer, done = _open(path, cfg, source, shard, len(data))
+    smoothed = Smoothed(source.model, Gaussian(cfg.sigma), source.num_classes,
                         BatchedVotes(**cfg.engine))
-    run = RunContext(cfg, smoothed, dataset, read_records(path), torch.device(device))
+    previous = read_records(path) if path is not None else _no_records(TASKS[cfg.task].columns)
+    run = RunContext(cfg, smoothed, data, previous, source.device)
     task = TASKS[cfg.task]
     todo = [i for i in mine if i not in done]
     rows = _run_batched if task.batched else _run_each
+    name = path.name if path is not None else data.name
     bar = tqdm(total=len(mine), initial=len(mine) - len(todo), disable=not progress,
-               desc=f"{cfg.task} {path.name}", unit="img", dynamic_ncols=True)
-    with writer, bar:
-        for row in rows(task.make(run), smoothed, dataset, todo, cfg, device):
+               desc=f"{cfg.task} {name}", unit="img", dynamic_ncols=True)
+    stream = data.stream(todo, workers)
+    produced = []
+    with writer, bar, eval_mode(source.model):
+        for row in rows(task.make(run), smoothed, stream, cfg, source.device):
             writer.write(row)
+            produced.append(row)
             bar.update()
-    return path
+    return read_records(path).rows() if path is not None else produced
 
 
-def _run_each(certify_one: Callable, smoothed, dataset, todo, cfg: RunConfig, device):
-    for idx in todo:
-        yield _run_one(certify_one, dataset, idx, cfg, device)
+def _open(path, cfg: RunConfig, source: ModelSource, shard, dataset_size: int):
+    """The record writer and the indices already done; a writer that keeps nothing without a
+    file."""
+    if path is None:
+        return _NoFile(), set()
+    manifest = _manifest(cfg, source, shard, dataset_size)
+    return open_records(path, TASKS[cfg.task].columns, manifest)
 
 
-def _run_batched(program: Callable, smoothed: Smoothed, dataset, todo, cfg: RunConfig, device):
+def _no_records(columns) -> Records:
+    return Records("", tuple(columns), {c: np.array([]) for c in columns})
+
+
+class _NoFile(contextlib.nullcontext):
+    """The writer of a run without a record file: rows are only returned."""
+
+    def write(self, row: dict) -> None:
+        pass
+
+
+def _run_each(certify_one: Callable, smoothed, stream, cfg: RunConfig, device):
+    for idx, x, label in stream:
+        generator = example_generator(cfg.seed, idx, device)
+        start = time.perf_counter()
+        row = certify_one(x, label, idx, generator)
+        elapsed = time.perf_counter() - start
+        yield {"idx": idx, "label": label, "time": elapsed, "seed": cfg.seed, **row}
+
+
+def _run_batched(program: Callable, smoothed: Smoothed, stream, cfg: RunConfig, device):
     """Rows in the order their programs finish; ``time`` is each example's share of the wall
     time (``sampling.Finished.seconds``), so the column still adds up to the run's cost."""
-    def example(idx):
-        x, label = dataset.example(idx)
+    def example(idx, x, label):
         row = yield from program(x, label, idx, example_generator(cfg.seed, idx, device))
         return {"idx": idx, "label": label, "seed": cfg.seed, **row}
 
-    for done in smoothed.run(((idx, example(idx)) for idx in todo), cfg.batch):
+    programs = ((idx, example(idx, x, label)) for idx, x, label in stream)
+    for done in smoothed.run(programs, cfg.batch):
         yield {**done.result, "time": done.seconds}
 
 
@@ -251,46 +404,56 @@ def _check_shardable(cfg: RunConfig, shard) -> None:
         )
 
 
-def _run_one(certify_one: Callable, dataset, idx: int, cfg: RunConfig, device) -> dict:
-    x, label = dataset.example(idx)
-    generator = example_generator(cfg.seed, idx, device)
-    start = time.perf_counter()
-    row = certify_one(x, label, idx, generator)
-    elapsed = time.perf_counter() - start
-    return {"idx": idx, "label": label, "time": elapsed, "seed": cfg.seed, **row}
-
-
-def _check_compatible(meta: dict, dataset) -> None:
-    if int(meta["num_classes"]) != dataset.num_classes:
+def _check_compatible(source: ModelSource, data: Examples) -> None:
+    """The model's classes and input shape against the dataset's, where both are known."""
+    meta = source.meta
+    if data.num_classes is not None and source.num_classes != data.num_classes:
         raise SmoothcertError(
-            f"num_classes mismatch: the checkpoint has {meta['num_classes']} classes, "
-            f"dataset {dataset.name!r} has {dataset.num_classes}"
+            f"num_classes mismatch: the model has {source.num_classes} classes, "
+            f"dataset {data.name!r} has {data.num_classes}"
         )
-    if tuple(meta["input_shape"]) != tuple(dataset.input_shape):
+    shape = meta.get("input_shape") or getattr(source.model, "input_shape", None)
+    if shape is not None and data.input_shape is not None and \
+            tuple(shape) != tuple(data.input_shape):
         raise SmoothcertError(
-            f"the checkpoint expects inputs of shape {tuple(meta['input_shape'])}, "
-            f"dataset {dataset.name!r} has {tuple(dataset.input_shape)}"
+            f"the model expects inputs of shape {tuple(shape)}, "
+            f"dataset {data.name!r} has {tuple(data.input_shape)}"
+        )
+    classes = meta.get("classes")
+    if classes is not None and data.classes is not None and list(classes) != list(data.classes):
+        differ = sorted(set(classes) ^ set(data.classes))[:5]
+        detail = f"names only in one: {', '.join(differ)}" if differ else "same names, other order"
+        raise SmoothcertError(
+            f"the checkpoint's {len(classes)} classes differ from the {len(data.classes)} class "
+            f"folders of {data.name!r} ({detail}); certify on the folder the model was trained on"
         )
 
 
 def _identity(cfg: RunConfig) -> dict:
     """The run's identity; the engine's settings only when some differ from the defaults, so
-    that plain runs keep the identity they had before the settings existed (and resume)."""
+    that plain runs keep the identity they had before the settings existed (and resume); the
+    same for an explicit index list."""
     identity = dataclasses.asdict(cfg)
-    if not identity["engine"]:
-        del identity["engine"]
+    for key in ("engine", "indices"):  # absent when default: older files keep resuming
+        if not identity[key]:
+            del identity[key]
+    if "indices" in identity:
+        identity["indices"] = list(identity["indices"])  # as JSON reads it back
     return identity
 
 
-def _manifest(cfg: RunConfig, checkpoint, shard, dataset_size: int, device) -> dict:
+def _manifest(cfg: RunConfig, source: ModelSource, shard, dataset_size: int) -> dict:
+    indices = {"dataset_size": dataset_size, "skip": cfg.skip, "max_count": cfg.max_count}
+    if cfg.indices is not None:
+        indices["explicit"] = list(cfg.indices)
     return {
         "kind": cfg.task,
         "identity": _identity(cfg),
         "shard": {"index": shard[0], "count": shard[1]},
-        "indices": {"dataset_size": dataset_size, "skip": cfg.skip, "max_count": cfg.max_count},
+        "indices": indices,
         "provenance": {
-            "checkpoint": str(checkpoint),
-            "device": str(device),
+            "checkpoint": source.label,
+            "device": str(source.device),
             "host": socket.gethostname(),
             "platform": platform.platform(),
             "versions": versions(),
@@ -298,17 +461,6 @@ def _manifest(cfg: RunConfig, checkpoint, shard, dataset_size: int, device) -> d
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         },
     }
-
-
-def file_sha256(path) -> str:
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    except OSError as e:
-        raise SmoothcertError(f"cannot read checkpoint {path}: {e.strerror}") from e
-    return digest.hexdigest()
 
 
 def git_sha() -> str | None:

@@ -9,6 +9,7 @@ checkpoints released by Cohen et al. and the works built on their code.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Sequence
 
@@ -52,23 +53,37 @@ def build_model(
     input_shape: Sequence[int],
     mean: Sequence[float],
     std: Sequence[float],
+    arch_kwargs: dict | None = None,
 ) -> nn.Sequential:
     """``Sequential(NormalizeLayer(mean, std), net)`` for ``arch``, freshly initialized.
 
+    ``arch`` is a registered name (:data:`MODELS`), ``torchvision:NAME`` (any torchvision
+    classification model) or ``timm:NAME`` (any timm model; needs ``smoothcert[timm]``);
+    ``arch_kwargs`` go to the external model's constructor (our own architectures take none).
     The result carries ``input_shape`` (C, H, W) and ``num_classes`` as attributes (the smoothed
     classifier validates inputs against them).
     """
-    factory = MODELS[arch]
     shape = _check_shape(input_shape)
     if len(mean) != shape[0] or len(std) != shape[0]:
         raise SmoothcertError(
             f"input has {shape[0]} channels but normalization has {len(mean)} means and "
             f"{len(std)} stds; give one per channel"
         )
-    model = nn.Sequential(NormalizeLayer(mean, std), factory(int(num_classes), shape))
+    net = _build_net(arch, int(num_classes), shape, dict(arch_kwargs or {}))
+    model = nn.Sequential(NormalizeLayer(mean, std), net)
     model.input_shape = shape
     model.num_classes = int(num_classes)
     return model
+
+
+def _build_net(arch: str, num_classes: int, shape: tuple[int, int, int], kwargs: dict) -> nn.Module:
+    source, _, name = arch.partition(":")
+    if name and source in EXTERNAL_ZOOS:
+        return EXTERNAL_ZOOS[source](name, num_classes, shape, kwargs)
+    if kwargs:
+        raise SmoothcertError(f"{arch} takes no keyword arguments, got {sorted(kwargs)}; "
+                              "arch keyword arguments are for torchvision: and timm: models")
+    return MODELS[arch](num_classes, shape)
 
 
 def _check_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
@@ -267,3 +282,83 @@ def _cifar_resnet(depth: int) -> ModelFactory:
 
 for _depth in (20, 56, 110):  # 0.27M, 0.85M, 1.7M parameters (He et al. 2016, Table 6)
     register_model(f"cifar_resnet{_depth}")(_cifar_resnet(_depth))
+
+
+# ---------------------------------------------------------------------------------------------
+# External model zoos: ``torchvision:NAME`` and ``timm:NAME``, randomly initialised (pretrained
+# weights come in through --init-from or import-checkpoint, never from a hub at run time).
+
+
+def _torchvision_net(name: str, num_classes: int, shape, kwargs: dict) -> nn.Module:
+    """torchvision's classification model ``name`` with ``num_classes`` outputs, random weights."""
+    import torchvision.models
+
+    known = torchvision.models.list_models(module=torchvision.models)
+    if name not in known:
+        raise _unknown_model("torchvision", name, known)
+    net = _construct("torchvision", name, lambda: torchvision.models.get_model(
+        name, weights=None, num_classes=num_classes, **kwargs))
+    return _check_forward(f"torchvision:{name}", net, shape, num_classes)
+
+
+def _timm_net(name: str, num_classes: int, shape, kwargs: dict) -> nn.Module:
+    """timm's model ``name`` with ``num_classes`` outputs and ``C`` input channels, random
+    weights (``pretrained=False``: nothing is downloaded)."""
+    try:
+        import timm
+    except ImportError as err:
+        raise SmoothcertError(
+            "--arch timm:... needs timm, which is not installed; install it with "
+            "pip install 'smoothcert[timm]' (or pip install timm)"
+        ) from err
+    known = timm.list_models()
+    if name not in known:
+        raise _unknown_model("timm", name, known)
+    net = _construct("timm", name, lambda: timm.create_model(
+        name, pretrained=False, num_classes=num_classes, in_chans=shape[0], **kwargs))
+    return _check_forward(f"timm:{name}", net, shape, num_classes)
+
+
+EXTERNAL_ZOOS = {"torchvision": _torchvision_net, "timm": _timm_net}
+
+
+def _unknown_model(zoo: str, name: str, known) -> SmoothcertError:
+    close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.6)
+    hint = f"; close names: {', '.join(close)}" if close else ""
+    return SmoothcertError(f"unknown {zoo} model {name!r}{hint}")
+
+
+def _construct(zoo: str, name: str, make: Callable[[], nn.Module]) -> nn.Module:
+    try:
+        return make()
+    except (TypeError, ValueError, AssertionError) as err:  # a bad keyword argument or value
+        raise SmoothcertError(f"cannot build {zoo}:{name} ({err}); check --arch-param") from err
+
+
+def _check_forward(arch: str, net: nn.Module, shape, num_classes: int) -> nn.Module:
+    """Refuse an input shape the network cannot take (a ViT of another image size, 1-channel
+    data into a 3-channel stem, ...), found by one forward pass of a zero input in eval mode."""
+    training = net.training
+    try:
+        with torch.no_grad():
+            out = net.eval()(torch.zeros(1, *shape))
+    except (RuntimeError, AssertionError, ValueError) as err:
+        c, h, w = shape
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SmoothcertError(f"{arch} cannot take {c}×{h}×{w} inputs ({first}); choose "
+                              f"another --image-size or architecture") from err
+    finally:
+        net.train(training)
+    if tuple(out.shape) != (1, num_classes):
+        raise SmoothcertError(f"{arch} returns outputs of shape {tuple(out.shape)[1:]} for one "
+                              f"input, not {num_classes} logits; it is not a classifier")
+    return net
+
+
+@register_model("resnet50")
+def resnet50(num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
+    """torchvision's ImageNet ResNet-50 (He et al. 2016), the model of Cohen et al.'s,
+    Salman et al.'s and Jeong & Shin's ImageNet results; its state dict has the key names of
+    their released files once ``module.`` is dropped."""
+    _require_channels("resnet50", input_shape, 3)
+    return _torchvision_net("resnet50", num_classes, input_shape, {})

@@ -177,9 +177,8 @@ def model_from_checkpoint(path: str | os.PathLike, device="cpu") -> tuple[nn.Seq
     missing = [k for k in ("arch", "num_classes", "input_shape", "mean", "std") if k not in meta]
     if missing:
         raise SmoothcertError(f"checkpoint {path} meta lacks {', '.join(missing)}; it is corrupt")
-    model = build_model(
-        meta["arch"], meta["num_classes"], meta["input_shape"], meta["mean"], meta["std"]
-    )
+    model = build_model(meta["arch"], meta["num_classes"], meta["input_shape"], meta["mean"],
+                        meta["std"], meta.get("arch_kwargs"))
     try:
         model.load_state_dict(ckpt.state_dict, strict=True)
     except RuntimeError as err:
@@ -202,9 +201,19 @@ def checkpoint_meta(
     method: dict,
     epoch: int,
     config: dict,
+    arch_kwargs: dict | None = None,
+    classes: list[str] | None = None,
 ) -> dict:
-    """A complete ``meta`` dict in plain types, with :func:`versions` filled in."""
-    return {
+    """A complete ``meta`` dict in plain types, with :func:`versions` filled in.
+
+    ``arch_kwargs`` (a torchvision/timm model's constructor arguments) and ``classes`` (the
+    class names, in label order, of an image-folder dataset) are stored only when given, so
+    the meta of other checkpoints is unchanged.
+    """
+    extra = {"arch_kwargs": dict(arch_kwargs)} if arch_kwargs else {}
+    if classes is not None:
+        extra["classes"] = [str(c) for c in classes]
+    return {**extra,
         "arch": arch,
         "dataset": dataset,
         "num_classes": int(num_classes),
