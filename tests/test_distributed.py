@@ -286,5 +286,44 @@ def test_torchrun_certify_shards_then_merge_equal_one_process(tmp_path):
     assert rows("merged.tsv") == rows("one.tsv")
 
 
+def folder_checkpoint(path, classes) -> Path:
+    """A random-weight torchvision ResNet-18 for 16×16 inputs of an image folder's classes."""
+    from smoothcert.models import build_model
+    from smoothcert.models.checkpoint import checkpoint_meta, save_checkpoint
+
+    torch.manual_seed(0)
+    shape, mean, std = (3, 16, 16), [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    model = build_model("torchvision:resnet18", len(classes), shape, mean, std)
+    meta = checkpoint_meta(arch="torchvision:resnet18", dataset="imagefolder",
+                           num_classes=len(classes), input_shape=shape, mean=mean, std=std,
+                           noise={"name": "gaussian", "sigma": 0.25},
+                           method={"name": "gaussian", "hparams": {}}, epoch=0, config={},
+                           classes=classes)
+    return save_checkpoint(path, model, meta)
+
+
+def test_torchrun_certifies_an_image_folder_with_one_progress_bar(tmp_path):
+    """Two CPU ranks on a folder of JPEG/PNG files: each rank writes its shard (decoding with a
+    worker of its own), only rank 0 draws a progress bar, and the merge equals one process."""
+    from test_image_folders import CLASSES, write_folder
+
+    root = write_folder(tmp_path / "data")
+    checkpoint = folder_checkpoint(tmp_path / "r18.pt", list(CLASSES))
+    run = ["certify", str(checkpoint), "--data-root", str(root), "--n0", "8", "--n", "40",
+           "--batch", "32", "--workers", "1", "--device", "cpu", "--out"]
+    done = torchrun("-m", "smoothcert.cli", "--", *run, "sharded.tsv", cwd=tmp_path)
+    assert "certify sharded.shard0-of-2.tsv" in done.stderr  # rank 0's bar
+    assert "shard1-of-2.tsv:" not in done.stderr and "certify sharded.shard1" not in done.stderr
+    shards = sorted(map(str, tmp_path.glob("sharded.shard*-of-2.tsv")))
+    assert main(["merge", *shards, "--out", str(tmp_path / "merged.tsv")]) == 0
+    assert main([*run, str(tmp_path / "one.tsv"), "--no-progress"]) == 0
+
+    def rows(name):
+        return [{k: v for k, v in r.items() if k != "time"}
+                for r in read_records(tmp_path / name).rows()]
+
+    assert len(rows("one.tsv")) == 9 and rows("merged.tsv") == rows("one.tsv")
+
+
 if __name__ == "__main__":  # one of the processes that two_ranks starts with torchrun
     _two_ranks(Path(sys.argv[1]))
