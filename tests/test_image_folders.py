@@ -229,3 +229,17 @@ def test_unknown_torchvision_and_timm_names(folder, tmp_path, capsys):
     assert "cannot take 3×16×16 inputs" in capsys.readouterr().err
     assert run(*base, "--arch", "lenet", "--arch-param", "depth=3") == 2
     assert "arch_kwargs are for torchvision: and timm: models" in capsys.readouterr().err
+
+
+def test_training_does_not_depend_on_decoding_workers(folder, tmp_path):
+    """The same run decoded in the step (0 workers) and by 2 DataLoader workers ends with the
+    same weights: crops come from (seed, epoch, idx), not from the process that decodes."""
+    from smoothcert.train import TrainConfig, train
+
+    config = TrainConfig(dataset="imagefolder", arch="torchvision:resnet18", sigma=0.25,
+                         epochs=1, batch_size=4, lr=0.01, data_root=str(folder), image_size=16)
+    weights = []
+    for workers in (0, 2):
+        path = train(config, tmp_path / f"w{workers}", progress=False, workers=workers)
+        weights.append(torch.load(path, weights_only=True)["state_dict"])
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

@@ -164,6 +164,7 @@ def _train_args(p):
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic cuDNN kernels: on a GPU, a resumed run then ends with the "
                         "same weights as an uninterrupted one (slower)")
+    _workers_arg(p)
     _add_common(p)
 
 
@@ -216,6 +217,7 @@ def cmd_train(args):
         device=resolve_device(args.device),
         resume=args.resume,
         progress=not args.no_progress,
+        workers=args.workers,
     )
     if os.environ.get("RANK", "0") == "0":  # once under torchrun
         print(f"checkpoint: {path}")

@@ -32,6 +32,7 @@ summarised in the log (``sigma_mean``, ``sigma_min``, ``sigma_max``).
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import math
 import os
@@ -51,10 +52,11 @@ try:
 except ImportError:  # Windows
     resource = None
 
+from .certify.inputs import default_workers
 from .data import ImageDataset, augment, balanced_subset, load_dataset
 from .data_dependent import SIGMA_MODES
 from .distributed import World, join, merge_rows
-from .errors import SmoothcertError
+from .errors import SmoothcertError, check_count
 from .methods import EpochContext, build_method
 from .models import build_model
 from .models.checkpoint import checkpoint_meta, load_checkpoint, save_checkpoint
@@ -88,7 +90,7 @@ class Trainer:
     """
 
     def __init__(self, config: TrainConfig, device="cpu", load_init: bool = True,
-                 world: World | None = None):
+                 world: World | None = None, workers: int | None = None):
         self.config, self.device = config, torch.device(device)
         self.world = world if world is not None else World(device=self.device)
         self.world.check_batch(config.batch_size)
@@ -96,6 +98,8 @@ class Trainer:
         self.test_data = load_dataset(config.dataset, "test", config.data_root,
                                       image_size=config.image_size).to(self.device)
         _check_same_classes(self.train_data, self.test_data)
+        self.workers = default_workers(self.train_data) if workers is None else \
+            check_count("workers", workers, minimum=0)
         self.model = _initial_model(config, self.train_data.spec).to(self.device)
         if load_init and config.init_checkpoint is not None:
             _load_initial_weights(self.model, config)
@@ -139,8 +143,8 @@ class Trainer:
         bar = tqdm(total=len(batches), desc=f"epoch {self.epoch + 1}/{self.config.epochs}",
                    disable=not progress, file=sys.stderr, leave=False)
         with bar:
-            for i, batch in enumerate(batches):
-                meter.update(*self._step(batch))
+            for i, (batch, xy) in enumerate(zip(batches, self._decoded(batches))):
+                meter.update(*self._step(batch, xy))
                 if progress and (i % 10 == 9 or i == len(batches) - 1):  # syncs: not per batch
                     bar.set_postfix(loss=f"{meter.mean('loss'):.3f}", acc=f"{meter.accuracy():.3f}")
                 bar.update()
@@ -174,11 +178,12 @@ class Trainer:
         _synchronize(self.device)
         return time.perf_counter() - start
 
-    def _step(self, batch: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """One optimizer step on the global ``batch`` (indices); this rank trains on its part.
-        Returns the method's output and the labels of the part."""
+    def _step(self, batch: torch.Tensor, xy=None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """One optimizer step on the global ``batch`` (indices); this rank trains on its part,
+        whose pixels and labels ``xy`` are given when a loader decoded them ahead. Returns the
+        method's output and the labels of the part."""
         idx = self.world.part(batch)
-        x, y = self._epoch_data().batch(idx)
+        x, y = self._epoch_data().batch(idx) if xy is None else (t.to(self.device) for t in xy)
         x = augment(self.train_data.spec.augmentation, x, self.noise_gen)
         noise = self.per_example_sigma.noise_for(self.model, x, idx, self.noise_gen, self.epoch)
         self.train_model.train()
@@ -188,6 +193,15 @@ class Trainer:
         (loss if scale == 1 else loss * scale).backward()  # DDP averages the ranks' gradients
         self.optimizer.step()
         return out, y
+
+    def _decoded(self, batches: list[torch.Tensor]):
+        """Per batch, this rank's (x, y) decoded ahead by ``workers`` DataLoader processes (an
+        image folder), or None: the step reads them itself (data in memory, no workers)."""
+        if self.workers == 0:
+            return itertools.repeat(None)
+        parts = [self.world.part(batch).tolist() for batch in batches]
+        return torch.utils.data.DataLoader(self._epoch_data(), batch_sampler=parts,
+                                           num_workers=self.workers)
 
     def _epoch_data(self):
         """The training examples as this epoch reads them: an image folder decodes each image
@@ -486,7 +500,8 @@ class _Meter:
 
 # --------------------------------------------------------------------------- run folder
 def train(
-    config: TrainConfig, out_dir, device="cpu", resume: bool = False, progress: bool = True
+    config: TrainConfig, out_dir, device="cpu", resume: bool = False, progress: bool = True,
+    workers: int | None = None,
 ) -> Path:
     """Train a base classifier as ``config`` says, in the run folder ``out_dir``; returns the path
     of ``out_dir/checkpoint.pt``.
@@ -494,7 +509,10 @@ def train(
     Without ``resume`` an existing checkpoint is refused. With ``resume`` an existing checkpoint
     must hold the same config (``data_root`` aside); training continues after its last completed
     epoch with the same schedule and random streams, so the final weights equal those of an
-    uninterrupted run. A run whose epochs are all done returns at once.
+    uninterrupted run. A run whose epochs are all done returns at once. ``workers`` processes
+    decode an image folder's batches ahead of the step (default: one per core but one, at most
+    8; 0 decodes in the step); data in memory need none. Crops and flips come from (seed, epoch,
+    idx), so the weights do not depend on ``workers``.
 
     Data-parallel: launched by ``torchrun --nproc-per-node K`` (``WORLD_SIZE`` = K > 1), every
     process calls this with the same arguments; they join a process group (gloo on CPU, NCCL on
@@ -515,16 +533,18 @@ def train(
       of processes, everything but the noise streams continues exactly.
     """
     with join(device) as world:
-        return _train(config, Path(out_dir), world, resume, progress)
+        return _train(config, Path(out_dir), world, resume, progress, workers)
 
 
-def _train(config: TrainConfig, out: Path, world: World, resume: bool, progress: bool) -> Path:
+def _train(config: TrainConfig, out: Path, world: World, resume: bool, progress: bool,
+           workers: int | None = None) -> Path:
     path = out / CHECKPOINT
     checkpoint = _checkpoint_to_resume(config, path, resume)
     if checkpoint is not None and checkpoint.meta["epoch"] >= config.epochs:
         log.warning("%s: all %d epochs are done; nothing to train", path, config.epochs)
         return path
-    trainer = Trainer(config, world.device, load_init=checkpoint is None, world=world)
+    trainer = Trainer(config, world.device, load_init=checkpoint is None, world=world,
+                      workers=workers)
     if checkpoint is not None:
         trainer.load(checkpoint)
         log.info("resuming %s after epoch %d", path, trainer.epoch)
