@@ -74,8 +74,11 @@ def test_existing_file_without_manifest_and_unwritable_outputs(tmp_path):
     (tmp_path / "foreign.tsv").write_text("idx\tlabel\n")
     with pytest.raises(SmoothcertError, match="no manifest"):
         open_records(tmp_path / "foreign.tsv", COLUMNS, manifest())
-    with pytest.raises(SmoothcertError, match="does not exist"):
-        open_records(tmp_path / "missing" / "r.tsv", COLUMNS, manifest())
+    writer, done = open_records(tmp_path / "new" / "r.tsv", COLUMNS, manifest())
+    writer.close()  # a missing folder is created, as train creates its run folder
+    assert done == set() and (tmp_path / "new" / "r.tsv").is_file()
+    with pytest.raises(SmoothcertError, match="a file is in the way"):
+        open_records(tmp_path / "foreign.tsv" / "r.tsv", COLUMNS, manifest())
     with pytest.raises(SmoothcertError, match="directory"):
         open_records(tmp_path, COLUMNS, manifest())
 

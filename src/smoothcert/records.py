@@ -94,6 +94,7 @@ def open_records(path, columns: Sequence[str], manifest: dict) -> tuple[RecordWr
     with another identity, another header, or no manifest is refused with a SmoothcertError.
     """
     path = Path(path)
+    _make_parent(path)
     _check_writable(path)
     manifest = {**manifest, "columns": list(columns)}
     lock = _WriterLock(path)
@@ -171,6 +172,15 @@ def _drop_torn_line(path: Path) -> None:
             f.truncate(data.rfind(b"\n") + 1)
             f.flush()
             os.fsync(f.fileno())
+
+
+def _make_parent(path: Path) -> None:
+    """A record file's folder is created as ``train`` creates its run folder; a path through
+    an existing file is one clear error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as err:
+        raise SmoothcertError(f"cannot create the folder of {path}: a file is in the way") from err
 
 
 def _check_writable(path: Path) -> None:
