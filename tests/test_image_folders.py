@@ -243,3 +243,27 @@ def test_training_does_not_depend_on_decoding_workers(folder, tmp_path):
         path = train(config, tmp_path / f"w{workers}", progress=False, workers=workers)
         weights.append(torch.load(path, weights_only=True)["state_dict"])
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_arch_params_reach_the_checkpoint_and_rebuild(folder, tmp_path):
+    from smoothcert.models.checkpoint import model_from_checkpoint
+
+    out = tmp_path / "mnv3"
+    assert run("train", "--dataset", "imagefolder", "--data-root", folder, "--image-size", 32,
+               "--arch", "torchvision:mobilenet_v3_small", "--arch-param", "dropout=0.3",
+               "--sigma", 0.25, "--epochs", 1, "--batch", 4, "--lr", 0.01, "--out", out,
+               "--device", "cpu", "--no-progress", "--workers", 0) == 0
+    model, meta = model_from_checkpoint(out / "checkpoint.pt")
+    assert meta["arch_kwargs"] == {"dropout": 0.3} and meta["config"]["arch_kwargs"] == \
+        {"dropout": 0.3}
+    assert model[1].classifier[2].p == 0.3
+
+
+def test_timm_not_installed_says_how_to_install(monkeypatch):
+    import sys
+
+    from smoothcert.models import build_model
+
+    monkeypatch.setitem(sys.modules, "timm", None)  # import timm now raises ImportError
+    with pytest.raises(SmoothcertError, match=r"pip install 'smoothcert\[timm\]'"):
+        build_model("timm:resnet18", 3, (3, 16, 16), [0.5] * 3, [0.2] * 3)
