@@ -1,9 +1,12 @@
-"""Run PREDICT or CERTIFY over a dataset split and write one record per example.
+"""Run PREDICT, CERTIFY or any registered certifier over a dataset; one record per example.
 
-The runner owns everything around the algorithm: loading the checkpoint and data, checking they
-fit, the global index list and this shard's part of it, per-example generators seeded from
-(seed, idx), resuming, timing and the progress bar. A :class:`Task` owns the algorithm: it maps
-one input to one row. New certifiers (sequential, data-dependent, ...) register a Task.
+:func:`certify_dataset` is the one entry point, for Python users (any pixel-space module, any
+map-style dataset) and for the CLI (a checkpoint and a registered dataset, through
+:func:`run_dataset`). The runner owns everything around the algorithm: loading the model and
+the examples (``inputs.py``), checking they fit, the global index list and this shard's part of
+it, per-example generators seeded from (seed, idx), resuming, timing and the progress bar. A
+:class:`Task` owns the algorithm: it maps one input to one row. New certifiers (sequential,
+data-dependent, ...) register a Task.
 """
 
 from __future__ import annotations
