@@ -48,25 +48,21 @@ ACCELERATIONS = {"channels_last": {"channels_last": True}, "compile": {"compile"
 SIGMA, NUM_CLASSES = 0.25, 10
 
 
-def make_model(name: str, device) -> torch.nn.Module:
+def make_model(name: str, device, num_classes: int = NUM_CLASSES) -> torch.nn.Module:
+    """Random weights behind our normalization layer; ``resnet50`` is torchvision's ImageNet
+    ResNet-50 (ImageNet mean and std). The model carries ``num_classes`` and ``input_shape``."""
     shape = MODELS[name]
-    if name == "resnet50":  # ImageNet's ResNet-50 (torchvision) behind our normalization layer
-        import torchvision
-
-        from smoothcert.models import NormalizeLayer
-
-        net = torchvision.models.resnet50(num_classes=NUM_CLASSES)
-        model = torch.nn.Sequential(NormalizeLayer([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
-                                    net)
+    if name == "resnet50":
+        mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
     else:
-        model = build_model(name, NUM_CLASSES, shape, [0.5] * shape[0], [0.25] * shape[0])
-    return model.to(device).eval()
+        mean, std = [0.5] * shape[0], [0.25] * shape[0]
+    return build_model(name, num_classes, shape, mean, std).to(device).eval()
 
 
 def reference(model, xs, args):
     """Cohen et al.'s sampling loop, re-implemented with the same per-batch work."""
     def sample_noise(x, num):
-        counts = np.zeros(NUM_CLASSES, dtype=int)
+        counts = np.zeros(model.num_classes, dtype=int)
         with torch.no_grad():
             for _ in range(math.ceil(num / args.batch)):
                 this_batch = min(args.batch, num)
@@ -82,9 +78,13 @@ def reference(model, xs, args):
         sample_noise(x, args.n0), sample_noise(x, args.n)
 
 
-def engine(settings: dict):
+def engine(settings: dict | BatchedVotes):
+    """CERTIFY of every input through ``Smoothed.run``, with an engine of these settings (or
+    this engine: its prepared, e.g. compiled, model is then kept across calls)."""
+    votes = settings if isinstance(settings, BatchedVotes) else BatchedVotes(**settings)
+
     def run(model, xs, args):
-        smoothed = Smoothed(model, Gaussian(SIGMA), NUM_CLASSES, BatchedVotes(**settings))
+        smoothed = Smoothed(model, Gaussian(SIGMA), model.num_classes, votes)
         programs = [(i, smoothed.certify_program(x, args.n0, args.n, 0.001,
                                                  torch.Generator(x.device).manual_seed(i)))
                     for i, x in enumerate(xs)]
@@ -93,11 +93,11 @@ def engine(settings: dict):
     return run
 
 
-def ceiling(model, xs, args):
+def ceiling(model, xs, args, votes: BatchedVotes | None = None):
     """The forward passes alone, on one batch of noisy inputs drawn before the timing."""
     g = torch.Generator(xs[0].device).manual_seed(0)
     noise = torch.randn((args.batch,) + tuple(xs[0].shape), generator=g, device=xs[0].device)
-    return forward_only(model, xs[0] + SIGMA * noise, len(xs), args)
+    return forward_only(model, xs[0] + SIGMA * noise, len(xs), args, votes)
 
 
 def ceiling_identical(model, xs, args):
@@ -107,10 +107,18 @@ def ceiling_identical(model, xs, args):
     return forward_only(model, batch, len(xs), args)
 
 
-def forward_only(model, batch, images, args):
+def forward_only(model, batch, images, args, votes: BatchedVotes | None = None):
+    """As many forward passes of ``batch`` as the workload has full batches; with ``votes``,
+    the model, input layout and autocast are that engine's (its ``prepare`` and ``forward``)."""
+    forward = model
+    if votes is not None:
+        num_classes, runnable = model.num_classes, votes.prepare(model)
+        forward = lambda b: votes.forward(runnable, b, b.shape[0], num_classes)  # noqa: E731
+        batch = batch.contiguous(memory_format=torch.channels_last if votes.channels_last
+                                 else torch.contiguous_format)
     with torch.inference_mode():
         for _ in range(math.ceil(images * (args.n0 + args.n) / args.batch)):
-            logits = model(batch)
+            logits = forward(batch)
         logits.argmax(1).cpu()  # one sync at the end
 
 

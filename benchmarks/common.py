@@ -22,10 +22,19 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def git_commit(short: bool = False) -> str:
+    """``git rev-parse HEAD`` of this checkout; empty where there is no git (a copied tree)."""
+    try:
+        return subprocess.run(["git", "rev-parse"] + ["--short"] * short + ["HEAD"],
+                              capture_output=True, text=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+    except OSError:
+        return ""
+
+
 def environment(device: torch.device) -> dict:
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                         cwd=Path(__file__).parent).stdout.strip()
+    sha = git_commit(short=True)
     return {
         "device": gpu or f"CPU: {cpu_name()} ({os.cpu_count()} logical cores, "
                          f"{torch.get_num_threads()} torch threads)",

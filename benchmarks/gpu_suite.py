@@ -1,0 +1,395 @@
+"""GPU suite: seconds per image of CERTIFY (n0 = 100, n = 100,000, α = 0.001) for ResNet-110
+(CIFAR, 3×32×32, 10 classes) and ResNet-50 (ImageNet, 3×224×224, 1000 classes).
+
+For each model and engine setting (``fp32``, an acceleration, or several joined by ``+``:
+``bf16+channels_last+compile``), on whatever device is present:
+
+* ``reference``: Cohen et al.'s ``_sample_noise`` loop (``certify_throughput.reference``),
+  float32 eager, at its best batch; timed on ``--reference-n`` draws and scaled linearly to n;
+* ``engine``: ``Smoothed.run`` over the images' CERTIFY programs with ``BatchedVotes`` of that
+  setting (``certify_throughput.engine``);
+* ``ceiling``: the forward pass alone at the same batch, through the same prepared model,
+  input layout and autocast, on noisy inputs drawn before the timing (``certify_throughput
+  .ceiling``); timed on the sweep's draws and scaled linearly to n.
+
+The batch sizes ``--batches`` are swept on a shorter workload (``--sweep-n`` estimation draws
+per image; engine and ceiling interleaved, median of ``--rounds``); the engine is then timed on
+the full workload at the batch where it was fastest. A compiled setting is compiled for one
+batch shape at a time, so by default it runs only at the best batch of the same setting without
+``compile`` when that was measured (``--compile-sweep`` sweeps it too); compilation and every
+other warm-up happen outside the timings.
+
+Achieved TFLOP/s counts the FLOPs of one forward pass of one input (``FlopCounterMode``, counted
+once) times the draws, over the engine's time; the peak is the device's dense bf16 peak for
+bf16/fp16 settings and its tf32 peak for float32 ones (cuDNN runs float32 convolutions in tf32
+unless ``torch.backends.cudnn.allow_tf32`` is off; then its fp32 peak), from a table of known
+devices or ``--peak-tflops``. Peak GPU memory: ``torch.cuda.max_memory_allocated`` over the
+engine's timed runs at the best batch; peak host memory: the process's peak RSS
+(``getrusage``), and how much it grew over the engine's timed runs.
+
+Random weights: the cost of a forward pass does not depend on them.
+
+    python benchmarks/gpu_suite.py --device cuda --json gpu_suite.json
+    python benchmarks/gpu_suite.py --device cpu --models lenet --n 2000 --n0 100 \\
+        --batches 250 500 --settings fp32 channels_last bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import importlib.metadata
+import json
+import math
+import resource
+import statistics
+import sys
+
+import certify_throughput as ct
+import torch
+from common import environment, git_commit
+from torch.utils.flop_counter import FlopCounterMode
+
+from smoothcert.sampling import BatchedVotes
+
+NUM_CLASSES = {"lenet": 10, "cifar_resnet20": 10, "cifar_resnet110": 10, "resnet50": 1000}
+GOAL_SECONDS = {"cifar_resnet110": 1.0, "resnet50": 5.0}  # s/image at the best setting, H100
+GOAL_WORKLOAD = (100, 100_000)  # (n0, n) the time goals are for
+GOAL_RATIO = 0.9  # engine / forward ceiling, at every setting
+HOST_SHARE = 0.1  # the engine's host growth stays under this share of n noisy copies' bytes
+# Dense peaks (no sparsity), TFLOP/s, from NVIDIA's datasheets: (bf16/fp16, tf32, fp32); the
+# first entry whose words all occur in the device name applies.
+PEAKS = [(("H100", "PCIe"), (756, 378, 51)), (("H100", "NVL"), (835, 418, 60)),
+         (("H200", "NVL"), (835, 418, 60)), (("H100",), (989, 494, 67)),
+         (("H200",), (989, 494, 67)), (("A100",), (312, 156, 19.5))]
+DEFAULT_SETTINGS = ["fp32", "channels_last", "bf16", "bf16+channels_last", "compile",
+                    "bf16+channels_last+compile"]
+
+
+def setting_kwargs(name: str) -> dict:
+    """``BatchedVotes`` keyword arguments of a setting such as ``bf16+channels_last``."""
+    kwargs = {}
+    for part in name.split("+"):
+        if part != "fp32" and part not in ct.ACCELERATIONS:
+            raise argparse.ArgumentTypeError(
+                f"unknown setting part {part!r}; use fp32 or {', '.join(ct.ACCELERATIONS)}")
+        kwargs.update(ct.ACCELERATIONS.get(part, {}))
+    return kwargs
+
+
+def peak_tflops(device: torch.device, kwargs: dict, override) -> tuple[float | None, str]:
+    """(dense peak TFLOP/s or None, which peak) for a setting on this device."""
+    half = kwargs.get("precision") in ("bf16", "fp16")
+    tf32 = device.type == "cuda" and torch.backends.cudnn.allow_tf32
+    kind = kwargs["precision"] if half else ("tf32" if tf32 else "fp32")
+    if override:
+        return (override[0] if half or len(override) == 1 else override[1]), kind + " (given)"
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    for words, peaks in PEAKS:
+        if all(w in name for w in words):
+            return peaks[0 if half else 1 if tf32 else 2], kind
+    return None, kind
+
+
+def host_mb() -> float:
+    """The process's peak resident set size so far, MB (``ru_maxrss``: KB on Linux)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 1024
+
+
+class Memory:
+    """Peak GPU memory allocated inside its blocks, and growth of the peak RSS over them."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.device, self.gpu_mb, self.host_growth_mb = device, None, 0.0
+
+    def __enter__(self):
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.rss = host_mb()
+
+    def __exit__(self, *exc):
+        self.host_growth_mb = max(self.host_growth_mb, host_mb() - self.rss)
+        if self.cuda:
+            peak = torch.cuda.max_memory_allocated(self.device) / 2**20
+            self.gpu_mb = max(self.gpu_mb or 0.0, peak)
+
+
+def workload(args, n: int, batch: int) -> argparse.Namespace:
+    return argparse.Namespace(n0=args.n0, n=n, batch=batch)
+
+
+def median_time(fn, model, xs, ns, device, rounds: int, memory: Memory | None = None) -> float:
+    times = []
+    for _ in range(rounds):
+        with memory or Memory(device):
+            times.append(ct.timed(fn, model, xs, ns, device))
+    return statistics.median(times)
+
+
+def flops_per_image(model, shape, device) -> int:
+    """FLOPs of one forward pass of one input (multiply-adds count two)."""
+    counter = FlopCounterMode(display=False)
+    with torch.inference_mode(), counter:
+        model(torch.zeros((1,) + tuple(shape), device=device))
+    return counter.get_total_flops()
+
+
+def bench_reference(model, xs, args, device) -> dict:
+    """Cohen et al.'s loop at each batch on reference-n draws: s/image scaled to n."""
+    draws = min(args.reference_n, args.n)
+    scale = (args.n0 + args.n) / (args.n0 + draws) / len(xs)
+    per_batch = {}
+    for batch in args.batches:
+        ct.reference(model, xs[:1], workload(args, batch, batch))  # warm-up
+        t = median_time(ct.reference, model, xs, workload(args, draws, batch), device,
+                        args.rounds)
+        per_batch[batch] = t * scale
+    best = min(per_batch, key=per_batch.get)
+    return {"timed_n": draws, "best_batch": best, "seconds_per_image": per_batch[best],
+            "per_batch": per_batch}
+
+
+def sweep_batch(model, votes, xs, args, batch, device) -> dict:
+    """Engine and ceiling at one batch on the sweep workload, interleaved rounds; the ceiling's
+    time is per forwarded row times the workload's draws (its last batch is a whole one)."""
+    run, ceil = ct.engine(votes), functools.partial(ct.ceiling, votes=votes)
+    warm = workload(args, batch, batch)
+    run(model, xs[:1], warm), ceil(model, xs[:1], warm)  # warm-up (and compilation)
+    ns, memory = workload(args, min(args.sweep_n, args.n), batch), Memory(device)
+    engine_t, ceiling_t = [], []
+    for _ in range(args.rounds):
+        with memory:
+            engine_t.append(ct.timed(run, model, xs, ns, device))
+        ceiling_t.append(ct.timed(ceil, model, xs, ns, device))
+    draws = len(xs) * (ns.n0 + ns.n)  # the ceiling forwards whole batches: per row, scaled
+    e = statistics.median(engine_t)
+    c = statistics.median(ceiling_t) * draws / (math.ceil(draws / batch) * batch)
+    return {"batch": batch, "engine_s": e, "ceiling_s": c, "engine_over_ceiling": c / e,
+            "gpu_peak_mb": memory.gpu_mb, "host_growth_mb": memory.host_growth_mb}
+
+
+def bench_setting(base, name, xs, args, device, batches, info) -> dict:
+    kwargs = setting_kwargs(name)
+    if kwargs.get("compile"):
+        torch._dynamo.reset()  # a fresh cache: no recompilation limit carried over
+    model, votes = copy.deepcopy(base), BatchedVotes(**kwargs)  # channels_last converts in place
+    sweep = [sweep_batch(model, votes, xs, args, b, device) for b in batches]
+    best = min(sweep, key=lambda r: r["engine_s"])
+    timed_n, images, draws = min(args.sweep_n, args.n), len(xs), args.n0 + args.n
+    if timed_n < args.n:  # the full workload at the best batch
+        memory = Memory(device)
+        engine_s = median_time(ct.engine(votes), model, xs, workload(args, args.n, best["batch"]),
+                               device, args.rounds, memory) / images
+        gpu_mb, growth = memory.gpu_mb, max(memory.host_growth_mb, best["host_growth_mb"])
+    else:
+        engine_s, gpu_mb, growth = best["engine_s"] / images, best["gpu_peak_mb"], \
+            best["host_growth_mb"]
+    ceiling_s = best["ceiling_s"] / images * draws / (args.n0 + timed_n)
+    del model, votes
+    if kwargs.get("compile"):
+        torch._dynamo.reset()  # drop the compiled copy
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    tflops = info["flops_per_image"] * draws / engine_s / 1e12
+    peak, peak_kind = peak_tflops(device, kwargs, args.peak_tflops)
+    reference_s = info["reference"]["seconds_per_image"]
+    ratio = ceiling_s / engine_s
+    copies_mb = args.n * info["input_bytes"] / 2**20
+    goal_s = time_goal(info["model"], args)
+    return {
+        "setting": name, "engine_settings": kwargs, "batches": batches,
+        "best_batch": best["batch"], "sweep": sweep,
+        "seconds_per_image": {"reference": reference_s, "engine": engine_s, "ceiling": ceiling_s},
+        "engine_over_ceiling": ratio, "speedup_over_reference": reference_s / engine_s,
+        "tflops": tflops, "peak_tflops": peak, "peak_kind": peak_kind,
+        "percent_of_peak": None if peak is None else 100 * tflops / peak,
+        "peak_gpu_mb": gpu_mb, "peak_host_mb": host_mb(), "host_growth_mb": growth,
+        "goals": {
+            "seconds_per_image": None if goal_s is None else goal(engine_s, goal_s, lower=True),
+            "engine_over_ceiling": goal(ratio, GOAL_RATIO, lower=False),
+            "host": goal(growth, HOST_SHARE * copies_mb, lower=True),
+        },
+    }
+
+
+def time_goal(model: str, args) -> float | None:
+    """The s/image goal of ``model``, when the workload is the one it is set for."""
+    return GOAL_SECONDS.get(model) if (args.n0, args.n) == GOAL_WORKLOAD else None
+
+
+def goal(value: float, target: float, lower: bool) -> dict:
+    """Whether ``value`` meets ``target`` (at most, or at least) and by what factor: value/target
+    for an upper bound, target/value for a lower one (≤ 1: met; > 1: missed by that factor)."""
+    factor = value / target if lower else target / value
+    return {"target": target, "met": factor <= 1, "factor": factor}
+
+
+def verdict(g: dict | None) -> str:
+    if g is None:
+        return "no goal"
+    if g["met"]:  # rounded towards the goal's edge: a near miss never reads "1.00"
+        return f"met ({math.floor(g['factor'] * 100) / 100:.2f}×)"
+    return f"missed by {math.ceil(g['factor'] * 100) / 100:.2f}×"
+
+
+def num(v: float | None, digits: int = 3) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.{digits}f}" if abs(v) < 10 else f"{v:,.1f}"
+
+
+def row(model: str, r: dict) -> str:
+    s, g = r["seconds_per_image"], r["goals"]
+    goal_s = g["seconds_per_image"]
+    goals = (f"s/img ≤ {goal_s['target']:g}: {verdict(goal_s)}; " if goal_s else "") + \
+        f"≥ {GOAL_RATIO} ceiling: {verdict(g['engine_over_ceiling'])}; " \
+        f"host: {verdict(g['host'])}"
+    pct = "unknown" if r["percent_of_peak"] is None else \
+        f"{r['percent_of_peak']:.1f}% of {r['peak_tflops']:g} {r['peak_kind']}"
+    cells = [model, r["setting"], f"{r['best_batch']} of {'/'.join(map(str, r['batches']))}",
+             num(s["reference"]), num(s["engine"]), num(s["ceiling"]),
+             f"{r['engine_over_ceiling']:.2f}", f"{r['speedup_over_reference']:.2f}",
+             num(r["tflops"], 2), pct,
+             "—" if r["peak_gpu_mb"] is None else f"{r['peak_gpu_mb']:,.0f}",
+             f"{r['peak_host_mb']:,.0f} (+{r['host_growth_mb']:,.0f})", goals]
+    return "| " + " | ".join(cells) + " |"
+
+
+HEADER = ("| model | setting | best batch | reference s/img | engine s/img | ceiling s/img "
+          "| engine/ceiling | × reference | TFLOP/s | % of peak | peak GPU MB "
+          "| peak host MB (engine growth) | goals |\n" + "| --- " * 3 + "| ---: " * 9 + "| --- |")
+
+
+def summary(name: str, settings: list[dict], args) -> str:
+    best = min(settings, key=lambda r: r["seconds_per_image"]["engine"])
+    s = best["seconds_per_image"]["engine"]
+    line = (f"- **{name}**: best setting {best['setting']} at batch {best['best_batch']}: "
+            f"{num(s)} s/image (reference {num(best['seconds_per_image']['reference'])})")
+    if time_goal(name, args):
+        line += f"; goal ≤ {time_goal(name, args):g} s/image on an H100: " \
+                f"{verdict(goal(s, time_goal(name, args), lower=True))}"
+    missed = [r["setting"] for r in settings if not r["goals"]["engine_over_ceiling"]["met"]]
+    return line + f"; engine ≥ {GOAL_RATIO} of the ceiling at every setting: " + \
+        ("met" if not missed else f"missed at {', '.join(missed)}")
+
+
+def ordered(settings: list[str]) -> list[str]:
+    """Compiled settings last, so that they can take the best batch of their eager twin."""
+    return sorted(settings, key=lambda s: bool(setting_kwargs(s).get("compile")))
+
+
+def batches_for(name: str, done: list[dict], args) -> list[int]:
+    kwargs = setting_kwargs(name)
+    if not kwargs.get("compile") or args.compile_sweep:
+        return args.batches
+    eager = {k: v for k, v in kwargs.items() if k != "compile"}
+    twin = next((r for r in done if r["engine_settings"] == eager), None)
+    return [twin["best_batch"]] if twin else args.batches
+
+
+def bench_model(name: str, args, device, results: dict) -> list[dict]:
+    shape, classes = ct.MODELS[name], NUM_CLASSES[name]
+    base = ct.make_model(name, device, classes)
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.rand(shape, generator=g).to(device) for _ in range(args.images)]
+    info = {"model": name, "input_shape": list(shape), "num_classes": classes,
+            "flops_per_image": flops_per_image(base, shape, device),
+            "input_bytes": 4 * shape[0] * shape[1] * shape[2]}
+    info["reference"] = bench_reference(base, xs, args, device)
+    info["settings"] = []
+    results["models"].append(info)
+    for setting in ordered(args.settings):
+        r = bench_setting(base, setting, xs, args, device, batches_for(setting, info["settings"],
+                                                                        args), info)
+        info["settings"].append(r)
+        print(row(name, r))
+        write_json(args, results)
+    return info["settings"]
+
+
+def write_json(args, results: dict) -> None:
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def suite_environment(device: torch.device) -> dict:
+    env = environment(device)
+    env.update({"torchvision": importlib.metadata.version("torchvision"),
+                "cuda": torch.version.cuda,
+                "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+                "commit": git_commit() or "no git (a copied working tree)"})
+    if device.type == "cuda":
+        env["tf32"] = (f"cuDNN convolutions {torch.backends.cudnn.allow_tf32}, "
+                       f"matmul {torch.backends.cuda.matmul.allow_tf32}; "
+                       f"cudnn.benchmark {torch.backends.cudnn.benchmark}")
+    return env
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--models", nargs="+", default=["cifar_resnet110", "resnet50"],
+                   choices=list(ct.MODELS))
+    p.add_argument("--n", type=int, default=100_000, help="estimation draws per image")
+    p.add_argument("--n0", type=int, default=100, help="selection draws per image")
+    p.add_argument("--images", type=int, default=1, help="images per timed workload")
+    p.add_argument("--batches", type=int, nargs="+", default=[256, 512, 1000, 2000])
+    p.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS,
+                   help="fp32, or accelerations joined by '+': "
+                        f"{', '.join(ct.ACCELERATIONS)} (e.g. bf16+channels_last+compile)")
+    p.add_argument("--rounds", type=int, default=1, help="timings per measurement (median)")
+    p.add_argument("--sweep-n", type=int, default=10_000,
+                   help="estimation draws per image in the batch sweep (and the ceiling)")
+    p.add_argument("--reference-n", type=int, default=10_000,
+                   help="estimation draws per image the reference loop is timed on")
+    p.add_argument("--compile-sweep", action="store_true",
+                   help="sweep every batch for compiled settings too (one compilation each)")
+    p.add_argument("--peak-tflops", type=float, nargs="+", metavar="TFLOPS",
+                   help="dense peak: one value for every setting, or two: bf16/fp16 and fp32")
+    p.add_argument("--json", metavar="OUT", help="write the results here as JSON")
+    args = p.parse_args(argv)
+    try:
+        for s in args.settings:
+            setting_kwargs(s)
+    except argparse.ArgumentTypeError as err:
+        p.error(str(err))
+    if args.peak_tflops and len(args.peak_tflops) > 2:
+        p.error("--peak-tflops takes one or two values")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # rows appear as they are measured
+    device = torch.device(args.device)
+    results = {"environment": suite_environment(device), "workload": {
+        "n": args.n, "n0": args.n0, "alpha": 0.001, "sigma": ct.SIGMA, "images": args.images,
+        "batches": args.batches, "rounds": args.rounds, "sweep_n": min(args.sweep_n, args.n),
+        "reference_n": min(args.reference_n, args.n)}, "models": []}
+    for key, value in results["environment"].items():
+        print(f"{key}: {value}")
+    w = results["workload"]
+    print(f"\nworkload: CERTIFY of {args.images} image(s), n0 = {args.n0}, n = {args.n}, "
+          f"α = 0.001, σ = {ct.SIGMA}; seconds per image, median of {args.rounds} round(s).")
+    print(f"Batch sweep and ceiling on n = {w['sweep_n']} draws, reference on n = "
+          f"{w['reference_n']} draws, both scaled linearly to n = {args.n}; the engine at its "
+          f"best batch on the full n. Compiled settings: "
+          f"{'every batch' if args.compile_sweep else 'the best batch of their eager twin'}. "
+          f"TFLOP/s: one forward's FLOPs × draws / engine time. Goals (H100): s/image ≤ "
+          f"{', '.join(f'{v:g} ({k})' for k, v in GOAL_SECONDS.items())} at the best setting "
+          f"(for n0 = {GOAL_WORKLOAD[0]}, n = {GOAL_WORKLOAD[1]} only); "
+          f"engine ≥ {GOAL_RATIO} × ceiling at every setting; host: the engine's growth of the "
+          f"peak RSS < {HOST_SHARE:g} × the n noisy copies' bytes.\n")
+    print(HEADER)
+    summaries = [summary(name, bench_model(name, args, device, results), args)
+                 for name in args.models]
+    print("\n" + "\n".join(summaries))
+    write_json(args, results)
+
+
+if __name__ == "__main__":
+    main()

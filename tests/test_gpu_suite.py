@@ -1,0 +1,113 @@
+"""benchmarks/gpu_suite.py: a tiny CPU run end to end, and its peak table."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def suite():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import gpu_suite
+        yield gpu_suite
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_cpu_run_prints_table_and_writes_json(tmp_path):
+    out = tmp_path / "suite.json"
+    batches = [50, 100]
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu_suite.py"), "--device", "cpu",
+         "--models", "lenet", "--n", "190", "--n0", "10", "--images", "1",
+         "--batches", *map(str, batches), "--rounds", "1", "--sweep-n", "90",
+         "--reference-n", "90", "--settings", "fp32", "channels_last", "--json", str(out)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})  # a shared 2-core VM: no thread contention
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "| model | setting | best batch | reference s/img | engine s/img |" in text
+    rows = [line for line in text.splitlines() if line.startswith("| lenet |")]
+    assert [r.split(" | ")[1] for r in rows] == ["fp32", "channels_last"]
+    assert "scaled linearly to n = 190" in text and "torchvision:" in text
+    assert "- **lenet**: best setting" in text
+
+    results = json.loads(out.read_text())
+    assert results["workload"] == {"n": 190, "n0": 10, "alpha": 0.001, "sigma": 0.25,
+                                   "images": 1, "batches": batches, "rounds": 1,
+                                   "sweep_n": 90, "reference_n": 90}
+    assert {"device", "torch", "torchvision", "commit"} <= set(results["environment"])
+    (model,) = results["models"]
+    assert model["model"] == "lenet" and model["num_classes"] == 10
+    assert model["flops_per_image"] > 0
+    assert model["reference"]["best_batch"] in batches
+    assert model["reference"]["seconds_per_image"] > 0
+    assert [s["setting"] for s in model["settings"]] == ["fp32", "channels_last"]
+    for s in model["settings"]:
+        assert s["best_batch"] in batches
+        assert [r["batch"] for r in s["sweep"]] == batches
+        assert all(v > 0 for v in s["seconds_per_image"].values())
+        assert s["engine_over_ceiling"] > 0 and s["speedup_over_reference"] > 0
+        assert s["tflops"] > 0 and s["percent_of_peak"] is None  # no peak known for a CPU
+        assert s["peak_gpu_mb"] is None and s["peak_host_mb"] > 0 and s["host_growth_mb"] >= 0
+        assert s["goals"]["seconds_per_image"] is None  # LeNet has no time goal
+        assert set(s["goals"]["engine_over_ceiling"]) == {"target", "met", "factor"}
+    assert model["settings"][1]["engine_settings"] == {"channels_last": True}
+
+
+def test_settings_peaks_and_goals(suite, monkeypatch):
+    assert suite.setting_kwargs("fp32") == {}
+    assert suite.setting_kwargs("bf16+channels_last+compile") == {
+        "precision": "bf16", "channels_last": True, "compile": True}
+    with pytest.raises(SystemExit):
+        suite.parse_args(["--settings", "fp32", "int8"])
+
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    for name, bf16, tf32 in [("NVIDIA H100 80GB HBM3", 989, 494), ("NVIDIA H200", 989, 494),
+                             ("NVIDIA H100 PCIe", 756, 378), ("NVIDIA A100-SXM4-80GB", 312, 156),
+                             ("NVIDIA L4", None, None)]:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device, name=name: name)
+        assert suite.peak_tflops(cuda, {"precision": "bf16"}, None) == (bf16, "bf16")
+        assert suite.peak_tflops(cuda, {"channels_last": True}, None) == (tf32, "tf32")
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    assert suite.peak_tflops(cuda, {}, None)[1] == "fp32"
+    assert suite.peak_tflops(cuda, {}, [100.0, 20.0]) == (20.0, "fp32 (given)")
+    assert suite.peak_tflops(cuda, {"precision": "bf16"}, [100.0]) == (100.0, "bf16 (given)")
+
+    assert suite.goal(0.5, 1.0, lower=True) == {"target": 1.0, "met": True, "factor": 0.5}
+    missed = suite.goal(0.25, 1.0, lower=False)
+    assert not missed["met"] and missed["factor"] == 4.0
+    assert suite.verdict(missed) == "missed by 4.00×"
+    assert suite.verdict(suite.goal(0.8995, 0.9, lower=False)) == "missed by 1.01×"
+    assert suite.verdict(suite.goal(0.9, 0.9, lower=False)) == "met (1.00×)"
+
+
+def test_time_goals_apply_to_their_workload_only(suite):
+    full, short = (suite.argparse.Namespace(n0=100, n=n) for n in (100_000, 2000))
+    assert suite.time_goal("cifar_resnet110", full) == 1.0
+    assert suite.time_goal("resnet50", full) == 5.0
+    assert suite.time_goal("resnet50", short) is None and suite.time_goal("lenet", full) is None
+    result = {"setting": "bf16", "batches": [1000, 2000], "best_batch": 2000,
+              "seconds_per_image": {"reference": 20.0, "engine": 2.0, "ceiling": 1.9},
+              "engine_over_ceiling": 0.95, "speedup_over_reference": 10.0, "tflops": 400.0,
+              "percent_of_peak": 40.4, "peak_tflops": 989, "peak_kind": "bf16",
+              "peak_gpu_mb": 5000.0, "peak_host_mb": 3000.0, "host_growth_mb": 0.0,
+              "goals": {"seconds_per_image": suite.goal(2.0, 5.0, lower=True),
+                        "engine_over_ceiling": suite.goal(0.95, 0.9, lower=False),
+                        "host": suite.goal(0.0, 600.0, lower=True)}}
+    row = suite.row("resnet50", result)
+    assert "| resnet50 | bf16 | 2000 of 1000/2000 |" in row
+    assert "40.4% of 989 bf16" in row and "s/img ≤ 5: met (0.40×)" in row
+    line = suite.summary("resnet50", [result], full)
+    assert "best setting bf16 at batch 2000" in line and "on an H100: met (0.40×)" in line
+    assert "every setting: met" in line
