@@ -1,25 +1,33 @@
 """``smoothcert import-checkpoint``: the reference implementations' released layouts.
 
-Each file is built here in a reference layout from a randomly initialised network of ours, its
-keys renamed as the reference code names them. The oracle is closed-form: the imported model on
-pixels x must equal the reference network on (x − mean) / std, with the mean and std the
-reference code used (numbers copied from the repositories, not from smoothcert).
+Each file is built here in a reference layout from a randomly initialised network, either its
+keys renamed as the reference code names them or, per format × dataset, saved from the
+reference's own Sequential(normalization layer, [DataParallel(]net[)]) as its train scripts save
+it (ImageNet: torchvision's resnet18 in that layout, and ResNet-50 once). The oracle is
+closed-form: the imported model on pixels x must equal the reference network on
+(x − mean) / std, with the mean and std the reference code used (numbers copied from the
+repositories, not from smoothcert).
 """
 
 import hashlib
 
 import pytest
 import torch
+import torchvision
 from torch import nn
 
 from smoothcert.cli import main
+from smoothcert.errors import SmoothcertError
 from smoothcert.methods import METHODS
 from smoothcert.models import MODELS, model_from_checkpoint
-from smoothcert.models.importers import FORMATS
+from smoothcert.models.importers import FORMATS, _check_arch, import_checkpoint
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)  # locuslab/smoothing code/datasets.py
 CIFAR_STD = (0.2023, 0.1994, 0.2010)
-SHAPES = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
+IMAGENET_MEAN = (0.485, 0.456, 0.406)  # idem, and in the datasets.py of the others
+IMAGENET_STD = (0.229, 0.224, 0.225)
+SHAPES = {"mnist": (1, 28, 28), "fashion-mnist": (1, 28, 28), "cifar10": (3, 32, 32),
+          "imagenet": (3, 224, 224)}
 SIGMA = "0.25"
 
 # (format, arch, dataset, file key of a net key, weights entry, mean, std, our method)
@@ -79,10 +87,11 @@ def assert_same_function(out, net, dataset, mean, std):
 def one_line_error(capsys, match):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and match in err, err
+    return err
 
 
 def test_every_format_names_a_registered_method():
-    assert set(FORMATS) == {"cohen", "salman", "jeong", "macer"}
+    assert set(FORMATS) == {"cohen", "salman", "jeong", "acr-weakness", "macer"}
     assert all(fmt.method in METHODS for fmt in FORMATS.values())
 
 
@@ -193,3 +202,192 @@ def test_sigma_must_be_positive(tmp_path, capsys):
                  "--dataset", "mnist", "--sigma", "0", "--out", str(out)]) == 2
     one_line_error(capsys, "sigma must be a positive")
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Each reference's own model, format × dataset: Sequential(first layer, net) as its
+# code/architectures.py builds it, the ImageNet network inside DataParallel (keys
+# "1.module.<key>"), saved as its train scripts save it.
+
+
+class RefNormalize(nn.Module):
+    """The references' NormalizeLayer, (x − means) / sds, or without ``sds`` Salman et al.'s
+    released InputCenterLayer, x − means; the constants are plain attributes, not state."""
+
+    def __init__(self, means, sds=None):
+        super().__init__()
+        self.means = torch.tensor(means).view(-1, 1, 1)
+        self.sds = None if sds is None else torch.tensor(sds).view(-1, 1, 1)
+
+    def forward(self, x):
+        x = x - self.means
+        return x if self.sds is None else x / self.sds
+
+
+REF_STATS = {"cifar10": (CIFAR_MEAN, CIFAR_STD), "imagenet": (IMAGENET_MEAN, IMAGENET_STD)}
+
+
+def reference_first_layer(fmt, dataset):
+    """get_normalize_layer / get_input_center_layer of the reference's code/datasets.py."""
+    if dataset in ("mnist", "fashion-mnist"):  # Jeong & Shin, acr-weakness: torch.nn.Identity()
+        return nn.Identity()
+    mean, std = REF_STATS[dataset]
+    return RefNormalize(mean) if fmt == "salman" else RefNormalize(mean, std)
+
+
+# dataset -> (our arch of the stand-in network, the 'arch' entry of the file). ImageNet's is
+# torchvision's resnet18 in the references' resnet50 layout (same key scheme, a quarter of the
+# weights); the ResNet-50 itself is imported once below.
+REF_NETS = {"mnist": ("lenet", "lenet"), "fashion-mnist": ("lenet", "lenet"),
+            "cifar10": ("cifar_resnet20", "cifar_resnet20"),
+            "imagenet": ("torchvision:resnet18", "resnet18")}
+GRID = [("cohen", "cifar10"), ("cohen", "imagenet"),
+        ("salman", "cifar10"), ("salman", "imagenet"),
+        ("jeong", "mnist"), ("jeong", "cifar10"), ("jeong", "imagenet"),
+        ("acr-weakness", "mnist"), ("acr-weakness", "fashion-mnist"),
+        ("acr-weakness", "cifar10"), ("acr-weakness", "imagenet")]
+# (mean, std) each reference's code used: ours(x) == reference_net((x − mean) / std).
+EXPECTED_NORMALIZATION = {
+    (fmt, dataset): ((0.0,), (1.0,)) if dataset in ("mnist", "fashion-mnist")
+    else (REF_STATS[dataset][0], (1.0, 1.0, 1.0) if fmt == "salman" else REF_STATS[dataset][1])
+    for fmt, dataset in GRID
+}
+
+
+def randomize_batchnorm(net, seed=0):
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+    return net.eval()
+
+
+@pytest.fixture(scope="module")
+def ref_nets():
+    """One random network per dataset, shared by the formats."""
+    nets = {}
+    for dataset, (arch, _) in REF_NETS.items():
+        torch.manual_seed(0)
+        if arch.startswith("torchvision:"):
+            net = torchvision.models.get_model(arch.split(":")[1], weights=None, num_classes=1000)
+        else:
+            net = MODELS[arch](10, SHAPES[dataset])
+        nets[dataset] = randomize_batchnorm(net)
+    return nets
+
+
+def reference_model(fmt, dataset, net):
+    body = nn.DataParallel(net) if dataset == "imagenet" else net
+    return nn.Sequential(reference_first_layer(fmt, dataset), body).eval()
+
+
+def save_as_reference(path, model, arch, epoch=90):
+    """The dict the references' train scripts torch.save (the optimizer before any step)."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    torch.save({"epoch": epoch, "arch": arch, "state_dict": model.state_dict(),
+                "optimizer": optimizer.state_dict()}, path)
+    return path
+
+
+def reference_forward(model, x):
+    """model(x), calling the network inside DataParallel directly: DataParallel's own forward
+    wants its module on cuda:0 where a GPU is visible."""
+    first, body = model
+    return getattr(body, "module", body)(first(x))
+
+
+def assert_equals_reference(out, model, dataset):
+    ours, meta = model_from_checkpoint(out)
+    x = torch.rand(2, *SHAPES[dataset], generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(x), reference_forward(model, x))
+    return meta
+
+
+@pytest.mark.parametrize("fmt,dataset", GRID, ids=[f"{f}-{d}" for f, d in GRID])
+def test_reference_model_imports_as_itself(fmt, dataset, ref_nets, tmp_path):
+    arch, file_arch = REF_NETS[dataset]
+    model = reference_model(fmt, dataset, ref_nets[dataset])
+    keys = list(model.state_dict())
+    assert all(k.startswith("1.module." if dataset == "imagenet" else "1.") for k in keys)
+    src = save_as_reference(tmp_path / "checkpoint.pth.tar", model, file_arch)
+    out = import_checkpoint(src, fmt, arch=arch, dataset=dataset, sigma=0.5,
+                            out=tmp_path / "imported.pt")
+    meta = assert_equals_reference(out, model, dataset)
+    mean, std = EXPECTED_NORMALIZATION[fmt, dataset]
+    assert meta["mean"] == pytest.approx(mean) and meta["std"] == pytest.approx(std)
+    assert meta["num_classes"] == (1000 if dataset == "imagenet" else 10)
+    assert meta["method"]["name"] == FORMATS[fmt].method and meta["epoch"] == 90
+    assert meta["imported_from"]["arch_in_file"] == file_arch
+
+
+@pytest.fixture(scope="module")
+def cohen_resnet50(tmp_path_factory):
+    """Cohen et al.'s ImageNet model: Sequential(NormalizeLayer, DataParallel(resnet50)), random
+    weights, and its file as code/train.py writes it."""
+    torch.manual_seed(0)
+    model = reference_model("cohen", "imagenet",
+                            randomize_batchnorm(torchvision.models.resnet50(weights=None)))
+    src = save_as_reference(tmp_path_factory.mktemp("cohen") / "checkpoint.pth.tar", model,
+                            "resnet50")
+    return model, src
+
+
+def test_cli_imports_cohen_imagenet_resnet50(cohen_resnet50, tmp_path):
+    model, src = cohen_resnet50
+    out = tmp_path / "imported.pt"
+    assert main(["import-checkpoint", str(src), "--format", "cohen", "--arch", "resnet50",
+                 "--dataset", "imagenet", "--sigma", "0.5", "--out", str(out)]) == 0
+    meta = assert_equals_reference(out, model, "imagenet")
+    assert meta["arch"] == "resnet50" and meta["dataset"] == "imagenet"
+    assert meta["num_classes"] == 1000 and tuple(meta["input_shape"]) == (3, 224, 224)
+    assert meta["mean"] == pytest.approx(IMAGENET_MEAN)
+    assert meta["std"] == pytest.approx(IMAGENET_STD)
+    assert meta["noise"] == {"name": "gaussian", "sigma": 0.5}
+    assert meta["imported_from"]["arch_in_file"] == "resnet50"
+
+
+def test_resnet50_file_with_another_arch_is_refused(cohen_resnet50, tmp_path, capsys):
+    model, src = cohen_resnet50
+    out = tmp_path / "imported.pt"
+    # The file's 'arch' entry names our resnet50.
+    assert import_ckpt(src, out, "cohen", "torchvision:resnet18", "imagenet") == 2
+    one_line_error(capsys, "says arch 'resnet50', --arch is 'torchvision:resnet18'; pass --arch "
+                           "resnet50")
+    # Without it, the strict key check names the keys.
+    bare = tmp_path / "no_arch.pth.tar"
+    torch.save({"epoch": 90, "state_dict": model.state_dict()}, bare)
+    assert import_ckpt(bare, out, "cohen", "torchvision:resnet18", "imagenet") == 2
+    err = one_line_error(capsys, "does not fit torchvision:resnet18 for imagenet: ")
+    assert "unexpected keys (1.layer1.0.conv3.weight" in err and "shape mismatches" in err, err
+    assert not out.exists()
+
+
+def test_arch_entry_accepts_the_same_network_spelled_otherwise():
+    assert _check_arch({"arch": "resnet50"}, "resnet50", "f") == "resnet50"
+    assert _check_arch({"arch": "resnet50"}, "torchvision:resnet50", "f") == "resnet50"
+    assert _check_arch({"arch": "cifar_resnet110"}, "cifar_resnet110", "f") == "cifar_resnet110"
+    # The references' names that are not ours are provenance only.
+    assert _check_arch({"arch": "cifar_densenet40"}, "cifar_resnet110", "f") == "cifar_densenet40"
+    for stated, arch in (("resnet50", "torchvision:resnet18"), ("cifar_resnet110", "resnet50")):
+        with pytest.raises(SmoothcertError, match=f"pass --arch {stated}$"):
+            _check_arch({"arch": stated}, arch, "f")
+
+
+def test_file_of_another_format_is_refused(ref_nets, tmp_path, capsys):
+    net = ref_nets["cifar10"]
+    macer = write_reference(tmp_path / "macer.pth", net, "{}", "net", epoch=1)
+    cohen = save_as_reference(tmp_path / "cohen.pth.tar",
+                              reference_model("cohen", "cifar10", net), "cifar_resnet20")
+    for src, fmt, held in ((macer, "cohen", "'net', 'epoch'"),
+                           (macer, "acr-weakness", "'net', 'epoch'"),
+                           (cohen, "macer", "'epoch', 'arch', 'state_dict', 'optimizer'")):
+        out = tmp_path / f"{fmt}.pt"
+        assert import_ckpt(src, out, fmt, "cifar_resnet20", "cifar10") == 2
+        one_line_error(capsys, f"is not a {fmt} checkpoint: that holds a state dict under "
+                               f"{FORMATS[fmt].weights_key!r}, this file holds {held}")
+        assert not out.exists()

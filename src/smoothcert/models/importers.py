@@ -8,33 +8,62 @@ The import builds our ``Sequential(NormalizeLayer(mean, std), net)``, loads the 
 into ``net`` with ``strict=True`` and writes a smoothcert checkpoint whose meta and state dict
 carry that mean and std, so that ``ours(x) == reference_net((x − mean) / std)`` for pixels x.
 
-Layouts, read in the stored public copies of the repositories (paths inside each repository):
+Layouts, read in the stored public copies of the repositories (paths inside each repository).
+The code of cohen, salman, jeong and acr-weakness builds ImageNet's torchvision ``resnet50`` as
+``DataParallel(resnet50())`` inside the ``Sequential``, so its keys are ``1.module.<torchvision
+key>`` and the file's ``arch`` entry is ``"resnet50"``, our ``resnet50`` (``Sequential(
+NormalizeLayer, torchvision resnet50)``; ``torchvision:resnet50`` is accepted as the same):
 
 - ``cohen``, locuslab/smoothing: ``code/train.py`` saves ``{'epoch': epoch + 1, 'arch',
   'state_dict': model.state_dict(), 'optimizer'}`` where ``code/architectures.py`` builds
   ``Sequential(get_normalize_layer(dataset), net)``, so the keys are ``1.<net key>``; the ImageNet
-  ResNet-50 is wrapped in ``DataParallel`` first (``1.module.<key>``). ``code/datasets.py``:
-  ``NormalizeLayer`` computes (x − means) / sds with CIFAR-10 mean (0.4914, 0.4822, 0.4465),
-  std (0.2023, 0.1994, 0.2010) and ImageNet mean (0.485, 0.456, 0.406), std (0.229, 0.224,
-  0.225); its only datasets are cifar10 and imagenet. ``code/archs/cifar_resnet.py`` (bearpaw's
-  CIFAR ResNet) has the attribute names of our ``cifar_resnet*``.
+  ResNet-50 is wrapped in ``DataParallel`` first (``1.module.<key>``), the CIFAR ResNets are not.
+  ``code/datasets.py``: ``NormalizeLayer`` computes (x − means) / sds with CIFAR-10 mean (0.4914,
+  0.4822, 0.4465), std (0.2023, 0.1994, 0.2010) and ImageNet mean (0.485, 0.456, 0.406), std
+  (0.229, 0.224, 0.225); its only datasets are cifar10 and imagenet. ``code/archs/cifar_resnet.py``
+  (bearpaw's CIFAR ResNet) has the attribute names of our ``cifar_resnet*``.
 - ``salman``, Hadisalman/smoothing-adversarial: ``code/train_pgd.py`` saves the same dict from the
-  same ``Sequential``, but ``code/architectures.py`` as released (commit 3911bd8) uses
-  ``get_input_center_layer``: ``InputCenterLayer`` computes x − mean, no division (std 1), with
+  same ``Sequential`` (ImageNet: ``DataParallel(resnet50)`` at every commit), but
+  ``code/architectures.py`` as released (commit 3911bd8) uses ``get_input_center_layer`` for every
+  dataset, ImageNet included: ``InputCenterLayer`` computes x − mean, no division (std 1), with
   the constants above; the default here is that ("center"). A later commit (cc80077, which adds
   the ImageNet32 pre-training) switched back to the standardizing layer and warns to certify with
   the layer used in training, and in the repository's issue #3 the author told a user whose
   released ImageNet model mispredicted to switch from the standardizing to the centering layer.
-  Neither layer has state, so the file cannot tell which one trained it: for models trained with
-  the later code pass ``normalization="standardize"``, and check the clean accuracy after import.
+  The README (from commit b345ddc, "Download our pretrained models") maps the released folders:
+  ``imagenet/`` and the other cifar10 models → ``InputCenterLayer``; ``imagenet32/``,
+  ``cifar10/finetune_cifar_from_imagenetPGD2steps/`` and ``cifar10/self_training/`` →
+  ``NormalizeLayer``. Neither layer has state, so the file cannot tell which one trained it: for
+  those three folders and for models trained with the later code pass
+  ``normalization="standardize"``, and check the clean accuracy after import.
 - ``jeong``, jh-jeong/smoothing-consistency: ``code/train_utils.py`` (``prologue``) and
-  ``code/train_consistency.py`` save the same dict from the same ``Sequential``;
-  ``code/datasets.py`` standardizes cifar10 and imagenet with the constants above and uses
+  ``code/train_consistency.py`` (like its ``train_cohen.py``, ``train_salman.py``, …) save the
+  same dict from the same ``Sequential``, ImageNet's ResNet-50 in ``DataParallel``;
+  ``code/datasets.py`` standardizes cifar10 and imagenet with the constants above (its
+  ``train_salman.py`` too: it builds its models with this ``architectures.py``) and uses
   ``torch.nn.Identity()`` for mnist (no normalization: mean 0, std 1). ``code/archs/lenet.py``
-  has the attribute names of our ``lenet`` (conv1, conv2, fc1, fc2). Their
-  ``code/archs/cifar_resnet.py`` is not in the stored copy of the repository; that it is Cohen et
-  al.'s file is inferred from the identical import and call ``resnet_cifar(depth=…,
-  num_classes=10)`` in ``code/architectures.py``, not verified.
+  has the attribute names of our ``lenet`` (conv1, conv2, fc1, fc2); ``code/archs/cifar_resnet.py``
+  (at commit a11954a) is the same file as Cohen et al.'s.
+- ``acr-weakness``, eth-sri/acr-weakness (Sun et al., "Average Certified Radius is a Poor Metric
+  for Randomized Smoothing"; our method ``easy_focus``): ``code/train.py`` saves ``{'epoch':
+  epoch, 'arch', 'state_dict': model.state_dict(), 'optimizer'}`` (``epoch`` is the 0-based index
+  of the last finished epoch there; its baseline scripts ``code/train_cohen.py``,
+  ``train_consistency.py``, ``train_salman.py``, ``train_macer.py``, ``train_smoothmix.py``,
+  ``train_catrs.py`` and ``train_stab.py`` save ``epoch + 1``, all in the same layout, so a file
+  does not tell which script wrote it and the import records ``easy_focus``). The model comes from
+  ``get_architecture`` of ``code/architectures.py``, called by ``prologue`` in
+  ``code/train_utils.py``: Jeong & Shin's ``Sequential(get_normalize_layer(dataset), net)``, the
+  ImageNet ResNet-50 in ``DataParallel``, the CIFAR ResNets and LeNet bare. ``code/datasets.py``
+  standardizes cifar10 and imagenet with the constants above (cifar100 with its own, not a dataset
+  of ours) and uses ``torch.nn.Identity()`` for mnist and fmnist (our fashion-mnist); its
+  ``NormalizeLayer`` keeps the constants as plain attributes, as Cohen et al.'s does.
+  ``code/archs/cifar_resnet.py`` and ``code/archs/lenet.py`` are the same files as Cohen et al.'s
+  and Jeong & Shin's; its ``cifar_resnet50`` and ``cifar100_resnet110`` have no counterpart here.
+  ``script/imagenet/train_*.sh`` and ``certify_*.sh`` train and certify ``imagenet resnet50``
+  with ``code/train.py`` and ``code/certify.py`` (which rebuilds the model from the file's
+  ``arch``). The released checkpoints (a mega.nz folder linked from ``README.md``) are not in the
+  repository and were not opened: the layout is the one the code above writes, not checked on a
+  released file.
 - ``macer``, RuntianZ/macer: ``main.py`` saves ``{'net': base_model.state_dict(), 'epoch'}``, the
   bare network (the ``DataParallel`` wrapper is a different object), so the keys are the net's
   own; its transforms are ``ToTensor()`` only for mnist, cifar10 and svhn and ``rs/core.py`` adds
@@ -70,7 +99,7 @@ NORMALIZATIONS = ("reference", "standardize", "center", "none")
 
 # Per-channel statistics of pixels in [0, 1] from locuslab/smoothing code/datasets.py
 # (_CIFAR10_MEAN/_CIFAR10_STDDEV, _IMAGENET_MEAN/_IMAGENET_STDDEV); the datasets.py of Salman et
-# al. and of Jeong & Shin hold the same numbers.
+# al., of Jeong & Shin and of eth-sri/acr-weakness hold the same numbers.
 REFERENCE_STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
     "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
@@ -108,6 +137,11 @@ _register(ReferenceFormat(
     "jeong", "consistency", "state_dict", True,
     {"cifar10": "standardize", "imagenet": "standardize", "mnist": "none"},
     "jh-jeong/smoothing-consistency code/train_consistency.py, code/architectures.py, "
+    "code/datasets.py"))
+_register(ReferenceFormat(
+    "acr-weakness", "easy_focus", "state_dict", True,
+    {"cifar10": "standardize", "imagenet": "standardize", "mnist": "none", "fashion-mnist": "none"},
+    "eth-sri/acr-weakness code/train.py, code/train_utils.py, code/architectures.py, "
     "code/datasets.py"))
 _register(ReferenceFormat(
     "macer", "macer", "net", False, {"mnist": "none", "cifar10": "none", "svhn": "none"},
@@ -286,12 +320,18 @@ def import_checkpoint(
     return save_checkpoint(out, model, meta)
 
 
+# Other spellings of the network an ``arch`` entry names: our resnet50 is torchvision's.
+_SAME_NETWORK: dict[str, frozenset[str]] = {"resnet50": frozenset({"torchvision:resnet50"})}
+
+
 def _check_arch(obj, arch: str, where) -> str | None:
-    """The file's own ``arch`` entry; refuse one of our architectures other than ``arch``."""
+    """The file's own ``arch`` entry; refuse one of our architectures other than ``arch``. The
+    references' names that are not ours ("cifar_densenet40", "imagenet32_resnet110", …) are kept
+    as provenance only: the strict key check decides."""
     stated = obj.get("arch") if isinstance(obj, dict) else None
     if not isinstance(stated, str):
         return None
-    if stated in MODELS and stated != arch:
+    if stated in MODELS and stated != arch and arch not in _SAME_NETWORK.get(stated, ()):
         raise SmoothcertError(f"{where} says arch {stated!r}, --arch is {arch!r}; pass --arch "
                               f"{stated}")
     return stated
@@ -299,6 +339,7 @@ def _check_arch(obj, arch: str, where) -> str | None:
 
 def _epoch(obj) -> int:
     """Completed training epochs as the file states them (Cohen et al. save epoch + 1, MACER its
-    1-based epoch); 0 when absent."""
+    1-based epoch, eth-sri/acr-weakness's ``train.py`` the 0-based index, one less); 0 when
+    absent."""
     epoch = obj.get("epoch") if isinstance(obj, dict) else None
     return epoch if type(epoch) is int and epoch >= 0 else 0
