@@ -580,7 +580,8 @@ def _import_args(p):
     p.add_argument("file", help="a reference implementation's checkpoint (.pth.tar, .pth)")
     p.add_argument("--format", required=True, choices=sorted(FORMATS),
                    help="whose layout: " + ", ".join(
-                       f"{name} ({fmt.source.split()[0]})" for name, fmt in sorted(FORMATS.items())))
+                       f"{name} ({fmt.source.split()[0]})"
+                       for name, fmt in sorted(FORMATS.items())))
     p.add_argument("--arch", required=True,
                    help="our architecture, e.g. cifar_resnet110, or resnet50 for ImageNet")
     p.add_argument("--dataset", required=True, help="the dataset the model was trained on")
