@@ -52,7 +52,14 @@ CASES = {
 def reference_net(arch, dataset, seed=0):
     """A random network with non-trivial BatchNorm statistics, in eval mode."""
     torch.manual_seed(seed)
-    net = MODELS[arch](10, SHAPES[dataset])
+    return randomize_batchnorm(MODELS[arch](10, SHAPES[dataset]), seed=None)
+
+
+def randomize_batchnorm(net, seed=0):
+    """``net`` in eval mode with random BatchNorm statistics and affine parameters (drawn after
+    seeding with ``seed``, or from the current stream when it is None)."""
+    if seed is not None:
+        torch.manual_seed(seed)
     with torch.no_grad():
         for m in net.modules():
             if isinstance(m, nn.BatchNorm2d):
@@ -252,18 +259,6 @@ EXPECTED_NORMALIZATION = {
     else (REF_STATS[dataset][0], (1.0, 1.0, 1.0) if fmt == "salman" else REF_STATS[dataset][1])
     for fmt, dataset in GRID
 }
-
-
-def randomize_batchnorm(net, seed=0):
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.5, 0.5)
-                m.running_var.uniform_(0.5, 2.0)
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.2, 0.2)
-    return net.eval()
 
 
 @pytest.fixture(scope="module")
