@@ -91,6 +91,9 @@ def test_noise_objects_choose_the_certifier(tmp_path):
     u = certify_dataset(model, data, sigma=Uniform(0.5), **kwargs, out=tmp_path / "u.tsv")
     manifest = json.loads((tmp_path / "u.tsv.manifest.json").read_text())
     assert manifest["identity"]["task"] == "uniform" and len(g) == len(u) == 2
+    same = certify_dataset(model, data, sigma=Uniform(0.5), certifier="uniform", **kwargs,
+                           out=tmp_path / "u.tsv")  # the same run: resumed, nothing redone
+    assert [r["time"] for r in same] == [r["time"] for r in u]
 
 
 def test_shards_cover_the_run(checkpoint, tmp_path):
@@ -105,6 +108,7 @@ def test_shards_cover_the_run(checkpoint, tmp_path):
     (dict(indices=[0, 0]), "must not repeat"),
     (dict(indices=[10_000]), "outside the dataset"),
     (dict(shard=(2, 2)), "0 <= index < count"),
+    (dict(shard=3), "0 <= index < count"),
     (dict(certifier="nope"), "unknown certifier"),
     (dict(workers=-1), "workers must be"),
 ])

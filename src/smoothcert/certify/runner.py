@@ -286,7 +286,8 @@ def certify_dataset(
 
 
 # certify_dataset(sigma=Uniform(...)) runs the uniform-noise variant of these certifiers.
-_UNIFORM_VARIANTS = {"certify": "uniform", "data-dependent": "data-dependent-uniform"}
+_UNIFORM_VARIANTS = {"certify": "uniform", "data-dependent": "data-dependent-uniform",
+                     "uniform": "uniform", "data-dependent-uniform": "data-dependent-uniform"}
 
 
 def _task_and_sigma(certifier: str, sigma, meta: dict) -> tuple[str, float]:
@@ -305,7 +306,7 @@ def _task_and_sigma(certifier: str, sigma, meta: dict) -> tuple[str, float]:
 
 
 def _checked_shard(shard) -> tuple[int, int]:
-    index, count = shard
+    index, count = shard if isinstance(shard, (tuple, list)) and len(shard) == 2 else (-1, -1)
     if type(count) is not int or type(index) is not int or count < 1 or not 0 <= index < count:
         raise SmoothcertError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
     return index, count
