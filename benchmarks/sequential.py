@@ -29,11 +29,11 @@ import torch
 from common import print_environment
 from scipy.stats import norm
 
-from smoothcert.certify import RunConfig, run_dataset
-from smoothcert.certify.runner import file_sha256
+from smoothcert.certifiers import RunConfig, run_dataset
 from smoothcert.metrics import certified_accuracy
 from smoothcert.models import load_checkpoint
-from smoothcert.records import read_records
+from smoothcert.runs.records import read_records
+from smoothcert.runs.runner import file_sha256
 
 
 def config(args, task: str, **options) -> RunConfig:

@@ -28,7 +28,7 @@ from common import print_environment
 
 from smoothcert.models.checkpoint import save_checkpoint
 from smoothcert.recipes import load_recipe
-from smoothcert.train import TrainConfig, Trainer
+from smoothcert.training import TrainConfig, Trainer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "fashion-mnist"
 RUNS = ["gaussian", "gaussian_m2", "stability", "consistency", "smoothadv",

@@ -74,7 +74,7 @@ def dying_writer(monkeypatch, rows: int, torn: str):
     """Make record files die after ``rows`` complete rows: the next write leaves the torn text
     ``torn`` (no newline, as a killed process would) and raises KeyboardInterrupt. Returns a
     function that restores the real writer."""
-    from smoothcert import records
+    from smoothcert.runs import records
 
     original = records.RecordWriter.write
     calls = {"n": 0}

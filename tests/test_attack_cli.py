@@ -14,15 +14,15 @@ import torch
 from conftest import Halfspace, dying_writer
 from smoothcert import Gaussian, Smoothed
 from smoothcert.attacks import PGDL2, FreshNoiseObjective, SoftSmoothedObjective, draw_noises
-from smoothcert.certify.attack import AttackSettings, SmoothedAttack
 from smoothcert.cli import main
 from smoothcert.data import load_dataset
 from smoothcert.errors import SmoothcertError
 from smoothcert.metrics import attack_curve, attack_success, summarize_attack
 from smoothcert.models.checkpoint import model_from_checkpoint
-from smoothcert.records import read_records
 from smoothcert.report import report
 from smoothcert.rng import example_generator
+from smoothcert.runs.attack import AttackSettings, SmoothedAttack
+from smoothcert.runs.records import read_records
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -304,7 +304,7 @@ def test_attack_and_certify_files_do_not_mix(tmp_path, min_distance_run, capsys)
 
 
 def test_run_config_validates_attack_options():
-    from smoothcert.certify import RunConfig
+    from smoothcert.certifiers import RunConfig
 
     base = dict(task="attack", checkpoint_sha256="0", dataset="digits", split="test",
                 sigma=0.25, n=100, alpha=0.001, batch=100, seed=0)

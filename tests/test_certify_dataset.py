@@ -14,7 +14,7 @@ from smoothcert import Gaussian, Uniform, certify_dataset
 from smoothcert.cli import main
 from smoothcert.data import load_dataset
 from smoothcert.errors import SmoothcertError
-from smoothcert.records import read_records
+from smoothcert.runs.records import read_records
 
 RUN = dict(n0=20, n=200, alpha=0.001, batch=128, seed=3, skip=40, max_count=5)
 TIMELESS = ("idx", "label", "predict", "radius", "correct", "p_lower", "nA", "n0", "n",

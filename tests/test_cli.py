@@ -13,7 +13,7 @@ import torch
 
 from conftest import dying_writer, write_checkpoint
 from smoothcert.cli import main
-from smoothcert.records import read_records
+from smoothcert.runs.records import read_records
 
 RUN = ["--n0", "20", "--n", "200", "--batch", "64", "--no-progress", "--device", "cpu"]
 

@@ -12,9 +12,10 @@ from torch import nn
 
 from conftest import Halfspace, write_checkpoint
 from smoothcert import SmoothcertError
+from smoothcert.certifiers.data_dependent import Memory
 from smoothcert.cli import main
-from smoothcert.data_dependent import CLAMP, Memory, optimize_sigma, soft_radius
-from smoothcert.records import manifest_path, read_records
+from smoothcert.runs.records import manifest_path, read_records
+from smoothcert.sigma_optimization import CLAMP, optimize_sigma, soft_radius
 
 DISTANCES = torch.tensor([0.25, 0.5, 1.0, 2.0])
 # the ascent step is deterministic while ψ_A is clamped (Gaussian) or 1 (uniform), so σ_x at
@@ -261,8 +262,8 @@ def test_packed_rows_equal_the_algorithm_run_on_each_example_alone(checkpoint, t
 
 def test_interrupted_run_rebuilds_the_memory_and_equals_the_uninterrupted_one(
         checkpoint, tmp_path, monkeypatch):
-    from smoothcert import records
-    from smoothcert.certify import data_dependent as certifier
+    from smoothcert.runs import records
+    from smoothcert.certifiers import data_dependent as certifier
 
     full, cut = tmp_path / "full.tsv", tmp_path / "cut.tsv"
     assert certify(checkpoint, full) == 0

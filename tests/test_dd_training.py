@@ -14,12 +14,12 @@ import torch
 from torch import nn
 
 from smoothcert import Gaussian, SmoothcertError
-from smoothcert import train as train_module
+from smoothcert.training import loop as train_module
 from smoothcert.attacks import draw_noises
 from smoothcert.methods import METHODS, build_method
 from smoothcert.methods.base import noise_for_copies
 from smoothcert.models.checkpoint import load_checkpoint
-from smoothcert.train import TrainConfig, Trainer, train
+from smoothcert.training import TrainConfig, Trainer, train
 
 B, SHAPE, K = 4, (1, 32, 32), 3  # 1,024 coordinates per input: per-row std within a few %
 SIGMA = torch.tensor([0.05, 0.2, 0.5, 1.0])
@@ -118,12 +118,12 @@ DD = dict(dataset="digits", arch="digits_cnn", sigma=0.25, batch_size=128, lr=0.
 
 
 def use_optimize_sigma(monkeypatch, fn) -> None:
-    """Make ``smoothcert.data_dependent.optimize_sigma`` be ``fn`` for this test."""
+    """Make ``smoothcert.sigma_optimization.optimize_sigma`` be ``fn`` for this test."""
     try:
-        import smoothcert.data_dependent as module
+        import smoothcert.sigma_optimization as module
     except ImportError:  # not written yet: a module holding only the stand-in
-        module = types.ModuleType("smoothcert.data_dependent")
-        monkeypatch.setitem(sys.modules, "smoothcert.data_dependent", module)
+        module = types.ModuleType("smoothcert.sigma_optimization")
+        monkeypatch.setitem(sys.modules, "smoothcert.sigma_optimization", module)
     monkeypatch.setattr(module, "optimize_sigma", fn, raising=False)
 
 

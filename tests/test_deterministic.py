@@ -11,9 +11,9 @@ from scipy.stats import binom, norm
 
 from conftest import Halfspace, write_checkpoint
 from smoothcert import Gaussian, SmoothcertError, Smoothed, clopper_pearson_lower
-from smoothcert.certify.deterministic import certify_deterministic
+from smoothcert.certifiers.deterministic import certify_deterministic
 from smoothcert.cli import main
-from smoothcert.records import read_records
+from smoothcert.runs.records import read_records
 
 
 def point(d):

@@ -32,8 +32,8 @@ from smoothcert.metrics import (
 )
 from smoothcert.models import build_model
 from smoothcert.models.checkpoint import save_checkpoint, versions
-from smoothcert.records import read_records
 from smoothcert.report import get_format, report
+from smoothcert.runs.records import read_records
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

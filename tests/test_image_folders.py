@@ -13,7 +13,7 @@ from smoothcert.cli import main
 from smoothcert.data import load_dataset
 from smoothcert.errors import SmoothcertError
 from smoothcert.image_folders import _crop_box, eval_resize
-from smoothcert.records import read_records
+from smoothcert.runs.records import read_records
 
 CLASSES = ("ant", "bee", "cat")
 SIZES = ((37, 53), (64, 41), (29, 29))  # (H, W): odd, portrait, landscape, square
@@ -234,7 +234,7 @@ def test_unknown_torchvision_and_timm_names(folder, tmp_path, capsys):
 def test_training_does_not_depend_on_decoding_workers(folder, tmp_path):
     """The same run decoded in the step (0 workers) and by 2 DataLoader workers ends with the
     same weights: crops come from (seed, epoch, idx), not from the process that decodes."""
-    from smoothcert.train import TrainConfig, train
+    from smoothcert.training import TrainConfig, train
 
     config = TrainConfig(dataset="imagefolder", arch="torchvision:resnet18", sigma=0.25,
                          epochs=1, batch_size=4, lr=0.01, data_root=str(folder), image_size=16)

@@ -12,7 +12,7 @@ from torch import nn
 
 from smoothcert.cli import main
 from smoothcert.data import load_dataset
-from smoothcert.records import read_records
+from smoothcert.runs.records import read_records
 
 
 def write_imagenet_val(root, per_class: int = 1):

@@ -16,7 +16,7 @@ from smoothcert.metrics import (
     parse_radii,
     summarize,
 )
-from smoothcert.records import read_records
+from smoothcert.runs.records import read_records
 
 # Correct examples' radii: 0.25, 0.5, 1.2, 0.1, 0.75 (5 of 8). Certified at r = #{radius >= r}/8:
 #   r=0: 5/8 = 0.625;  r=0.25: {0.25, 0.5, 1.2, 0.75} 4/8 = 0.5;

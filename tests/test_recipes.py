@@ -6,7 +6,7 @@ import pytest
 
 from smoothcert.errors import SmoothcertError
 from smoothcert.recipes import load_recipe
-from smoothcert.train import TrainConfig
+from smoothcert.training import TrainConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RECIPES = sorted(p for p in CONFIGS.rglob("*.yaml") if not p.name.startswith("_"))

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from smoothcert import SmoothcertError
-from smoothcert.records import (
+from smoothcert.runs.records import (
     global_indices,
     manifest_path,
     merge_records,
@@ -150,7 +150,7 @@ def test_malformed_record_files(tmp_path):
 
 
 def test_distinct_labels():
-    from smoothcert.records import distinct_labels
+    from smoothcert.runs.records import distinct_labels
 
     assert distinct_labels(["runs/a/certify.tsv", "runs/b/certify.tsv"]) == ["a/certify",
                                                                              "b/certify"]
@@ -160,7 +160,7 @@ def test_distinct_labels():
 
 def test_a_second_writer_on_the_same_file_is_refused_until_the_first_closes(tmp_path):
     # flock conflicts between two open file descriptions, even within one process.
-    from smoothcert.records import open_records
+    from smoothcert.runs.records import open_records
 
     out = tmp_path / "r.tsv"
     manifest = {"identity": {"a": 1}}

@@ -13,8 +13,8 @@ import pytest
 from conftest import COHEN_ROWS, GRID
 from smoothcert.errors import SmoothcertError
 from smoothcert.plots import LEGEND_INSIDE_MAX, line_styles, plot_certified_accuracy
-from smoothcert.records import read_records
 from smoothcert.report import FORMATS, get_format, radius_label, report
+from smoothcert.runs.records import read_records
 
 COHEN_HEADER = ("idx", "label", "predict", "radius", "correct", "time")
 # The 8 rows of conftest.COHEN_ROWS: CA at GRID = 5/8, 4/8, 3/8, 2/8, 1/8, 0 (see there),
@@ -195,7 +195,7 @@ def test_no_matplotlib_at_import_and_no_global_state(tmp_path, files):
         "import matplotlib\n"
         "matplotlib.use('svg')\n"
         "from smoothcert.plots import plot_certified_accuracy\n"
-        "from smoothcert.records import read_records\n"
+        "from smoothcert.runs.records import read_records\n"
         f"plot_certified_accuracy([read_records({str(files[0])!r})], {str(tmp_path / 'a.png')!r})\n"
         "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"
         "assert 'matplotlib.pyplot' not in sys.modules\n"

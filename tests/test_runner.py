@@ -2,7 +2,7 @@
 
 import pytest
 
-from smoothcert.certify import TASKS, RunConfig, Task, certificate_row, register_task
+from smoothcert.certifiers import TASKS, RunConfig, Task, certificate_row, register_task
 from smoothcert.errors import SmoothcertError
 from smoothcert.smoothing import Certificate
 

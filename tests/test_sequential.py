@@ -18,7 +18,8 @@ from scipy.special import betaln
 from scipy.stats import binomtest, norm
 
 from smoothcert.errors import SmoothcertError
-from smoothcert.sequential import (
+from smoothcert.stats import clopper_pearson_lower
+from smoothcert.stats.sequential_tests import (
     SEQUENTIAL_TESTS,
     BetaMixture,
     FinalWeightedUnion,
@@ -31,7 +32,6 @@ from smoothcert.sequential import (
     run_levels,
     thresholds,
 )
-from smoothcert.stats import clopper_pearson_lower
 
 SIGMA = 0.25
 RADII, THR = grid([0.25, 0.5, 0.75], SIGMA)  # p_j = Φ(0), Φ(1), Φ(2), Φ(3)

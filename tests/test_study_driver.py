@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from smoothcert.certify.runner import TASKS
-from smoothcert.records import open_records
+from smoothcert.runs.records import open_records
+from smoothcert.runs.runner import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "results" / "step5_study.sh"

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from smoothcert.recipes import load_recipe
-from smoothcert.train import TrainConfig
+from smoothcert.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "configs" / "fashion-mnist" / "study"

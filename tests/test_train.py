@@ -11,13 +11,13 @@ import torch
 import yaml
 
 from smoothcert import SmoothcertError
-from smoothcert import train as train_module
+from smoothcert.training import loop as train_module
 from smoothcert.cli import main
 from smoothcert.methods import METHODS
 from smoothcert.models import build_model
 from smoothcert.models.checkpoint import checkpoint_meta, load_checkpoint, save_checkpoint
 from smoothcert.rng import derived_seed
-from smoothcert.train import TrainConfig, Trainer, train
+from smoothcert.training import TrainConfig, Trainer, train
 
 # 2 epochs of digits_cnn at batch 32: about 90 SGD steps, a second or two on 2 CPU cores.
 CONFIG = TrainConfig(

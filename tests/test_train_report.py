@@ -8,8 +8,8 @@ from smoothcert.cli import main
 from smoothcert.errors import SmoothcertError
 from smoothcert.models import build_model
 from smoothcert.models.checkpoint import checkpoint_meta, save_checkpoint
-from smoothcert.records import open_records
 from smoothcert.report import read_run, train_report
+from smoothcert.runs.records import open_records
 
 
 def make_run(folder, method="gaussian", hparams=None, seconds=(2.0, 4.0), mem=(10.0, 30.0),

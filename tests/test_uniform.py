@@ -78,7 +78,7 @@ def test_linear_oracle_l1_radius_approaches_the_distance_from_below():
 
 
 def test_uniform_certifier_is_registered_with_certify_columns():
-    from smoothcert.certify import TASKS
-    from smoothcert.certify.runner import CERTIFY_COLUMNS
+    from smoothcert.certifiers import TASKS
+    from smoothcert.runs.runner import CERTIFY_COLUMNS
 
     assert TASKS["uniform"].columns == CERTIFY_COLUMNS and TASKS["uniform"].needs_n0

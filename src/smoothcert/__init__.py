@@ -1,6 +1,6 @@
 """smoothcert: randomized smoothing — train, certify and evaluate certifiably robust classifiers."""
 
-from .certify import certify_dataset
+from .certifiers import certify_dataset
 from .errors import SmoothcertError
 from .noise import Gaussian, Uniform
 from .smoothing import Certificate, Prediction, Smoothed

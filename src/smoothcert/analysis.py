@@ -37,7 +37,8 @@ from torch import nn
 
 from .errors import SmoothcertError, check_count
 from .rng import derived_seed, example_generator
-from .sampling import BatchedVotes, eval_mode, model_device
+from .sampling import BatchedVotes
+from .tensors import eval_mode, model_device
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ def checkpoint_grad_norms(checkpoint_path, method: str | None = None, params: di
     from .data import load_dataset
     from .models.checkpoint import load_checkpoint, model_from_checkpoint
     from .noise import Gaussian
-    from .records import global_indices
+    from .runs.records import global_indices
 
     check_count("n", n), check_count("batch", batch_size), check_count("seed", seed, 0)
     check_count("skip", skip)

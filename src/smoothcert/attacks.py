@@ -33,7 +33,7 @@ from torch import nn
 
 from .errors import SmoothcertError, check_count
 from .registry import Registry
-from .sampling import eval_mode
+from .tensors import eval_mode
 
 ATTACKS: Registry = Registry("attack")
 

@@ -198,7 +198,7 @@ _TRAIN_FIELDS = (
 @command("train", "train a base classifier with a smoothing-aware method", _train_args)
 def cmd_train(args):
     from .recipes import load_recipe
-    from .train import TrainConfig, train
+    from .training import TrainConfig, train
 
     fields = load_recipe(args.config) if args.config else {}
     fields.update({k: getattr(args, k) for k in _TRAIN_FIELDS if getattr(args, k) is not None})
@@ -252,7 +252,7 @@ NOT_CERTIFIERS = ("attack",)  # runner tasks with a command of their own
 def _run_args(p, *, with_n0: bool):
     p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
     if with_n0:
-        from .certify import TASKS
+        from .certifiers import TASKS
 
         p.add_argument("--certifier", default="certify",
                        choices=sorted(set(TASKS) - set(NOT_CERTIFIERS)),
@@ -314,10 +314,10 @@ def _certifier_options(args) -> dict:
 
 def _run_task(task: str, args, options: dict | None = None) -> None:
     """Load the checkpoint's dataset split and hand everything to ``certify_dataset``."""
-    from .certify import certify_dataset
+    from .certifiers import certify_dataset
     from .distributed import rank_device
     from .models.checkpoint import load_checkpoint
-    from .records import shard_path
+    from .runs.records import shard_path
 
     meta = load_checkpoint(args.checkpoint).meta
     device = rank_device(resolve_device(args.device))  # one GPU per torchrun rank
@@ -384,7 +384,7 @@ def cmd_predict(args):
 # --------------------------------------------------------------------------- attack
 def _attack_args(p):
     from .attacks import ATTACKS
-    from .certify.attack import AttackSettings
+    from .runs.attack import AttackSettings
 
     d = AttackSettings()
     p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
@@ -422,7 +422,7 @@ def _attack_args(p):
 def cmd_attack(args):
     import dataclasses
 
-    from .certify.attack import AttackSettings
+    from .runs.attack import AttackSettings
 
     settings = AttackSettings(
         attack=args.attack,
@@ -568,7 +568,7 @@ def _merge_args(p):
 
 @command("merge", "validate shard record files and write their union", _merge_args)
 def cmd_merge(args):
-    from .records import merge_records
+    from .runs.records import merge_records
 
     print(f"merged: {merge_records(args.files, args.out)}")
 

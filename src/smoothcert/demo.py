@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .certify import RunConfig, run_dataset
-from .certify.runner import file_sha256
+from .certifiers import RunConfig, run_dataset
 from .metrics import parse_radii
 from .report import report
-from .train import TrainConfig, train
+from .runs.runner import file_sha256
+from .training import TrainConfig, train
 
 SIGMA = 0.25
 TRAIN = TrainConfig(dataset="digits", arch="digits_cnn", method="gaussian", sigma=SIGMA,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import SmoothcertError
-from .records import Records
+from .runs.records import Records
 
 ABSTAIN = -1  # the ``predict`` value of an abstention, as in Cohen et al.'s files
 MAX_RADII = 10_000  # a radius grid longer than this is a typo, not a table

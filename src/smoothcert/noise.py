@@ -15,8 +15,12 @@ import torch
 from scipy.stats import norm
 
 from .errors import SmoothcertError
+from .registry import Registry
 
 Sigma = float | torch.Tensor
+
+NOISES: Registry = Registry("noise")
+"""Noise name (``--noise``) -> class taking σ; checkpoints and run identities store the name."""
 
 
 class _Isotropic:
@@ -60,6 +64,7 @@ class _Isotropic:
         return s.reshape((-1,) + (1,) * (like.dim() - 1))
 
 
+@NOISES.register("gaussian")
 class Gaussian(_Isotropic):
     """Isotropic Gaussian noise δ ~ N(0, σ²I) and its L2 certificate (Cohen et al. 2019, Thm. 1).
 
@@ -92,6 +97,7 @@ class Gaussian(_Isotropic):
         return float(r) if np.ndim(r) == 0 else r
 
 
+@NOISES.register("uniform")
 class Uniform(_Isotropic):
     """Uniform noise δ ~ U[−λ, λ]^d and its L1 certificate (Yang et al. 2020, "Randomized
     Smoothing of All Shapes and Sizes", Table 1 / Thm. for the uniform distribution).
@@ -145,5 +151,3 @@ def _validated_sigma(sigma: Sigma) -> Sigma:
         raise SmoothcertError(f"σ must be a positive finite number, got {sigma!r}")
     return float(sigma)
 
-
-NOISES = {"gaussian": Gaussian, "uniform": Uniform}

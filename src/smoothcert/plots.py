@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import SmoothcertError, check_positive_finite
 from .metrics import attack_curve, certified_accuracy_curve, envelope_curve, pa_ecdf
-from .records import Records
+from .runs.records import Records
 
 MARGIN = 1.05  # the x axis runs 5% past the largest radius, so every curve visibly drops to 0
 LEGEND_INSIDE_MAX = 6  # curves whose legend fits inside the axes; more go beside them

@@ -43,8 +43,8 @@ from .metrics import (
     summarize,
     summarize_attack,
 )
-from .records import distinct_labels, read_manifest, read_records, write_text_atomic
 from .registry import Registry
+from .runs.records import distinct_labels, read_manifest, read_records, write_text_atomic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +143,7 @@ def _radii(radii) -> tuple[float, ...]:
 
 
 def _labelled_records(paths) -> list:
-    """Each file's records, named by :func:`~smoothcert.records.distinct_labels`."""
+    """Each file's records, named by :func:`~smoothcert.runs.records.distinct_labels`."""
     return [dataclasses.replace(read_records(p), label=label)
             for p, label in zip(*_paths_and_labels(paths))]
 

@@ -345,21 +345,3 @@ def _check_logits(logits: torch.Tensor, size: int, num_classes: int) -> None:
             f"num_classes mismatch: the model outputs {logits.shape[1]} classes, "
             f"but num_classes={num_classes}"
         )
-
-
-@contextlib.contextmanager
-def eval_mode(model: nn.Module):
-    """Put ``model`` in eval mode for the block, then restore its previous mode."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
-
-
-def model_device(model: nn.Module) -> torch.device:
-    """The device of the model's first parameter or buffer (CPU for a parameterless model)."""
-    for tensor in list(model.parameters()) + list(model.buffers()):
-        return tensor.device
-    return torch.device("cpu")

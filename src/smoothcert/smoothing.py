@@ -12,8 +12,9 @@ import torch
 from torch import nn
 
 from .errors import SmoothcertError, check_count, check_probability
-from .sampling import BatchedVotes, Draws, eval_mode, model_device
+from .sampling import BatchedVotes, Draws
 from .stats import binomial_pvalue, clopper_pearson_lower
+from .tensors import eval_mode, model_device
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from scipy.stats import norm
 from torch import nn
 
 from ..errors import SmoothcertError, check_count, check_positive_finite
-from ..sampling import eval_mode
 from ..stats import clopper_pearson_lower
+from ..tensors import eval_mode
 from .base import TrainingMethod, register_method
 
 # Fixed by the paper ("All other parameters are fixed to their default values", App. A.1; §5.2):

@@ -33,7 +33,7 @@ import math
 
 import numpy as np
 
-from .errors import SmoothcertError, check_count, check_positive_finite, check_probability
+from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
 
 BOUNDS = ("pairwise", "top", "none")
 """How :func:`margin_lower_bound` turns a Monte Carlo estimate of G(x) into a margin bound."""

@@ -5,7 +5,7 @@ calls :func:`register_task`.
 """
 
 from ..registry import import_submodules
-from .runner import (
+from ..runs.runner import (
     TASKS,
     RunConfig,
     RunContext,

@@ -21,7 +21,7 @@ from torch import nn
 
 from ..errors import SmoothcertError, check_count
 from ..models.checkpoint import model_from_checkpoint
-from ..sampling import model_device
+from ..tensors import model_device
 
 
 @dataclass(frozen=True)

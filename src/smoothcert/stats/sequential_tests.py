@@ -46,9 +46,9 @@ import numpy as np
 from scipy.special import betaln
 from scipy.stats import norm
 
-from .errors import SmoothcertError, check_positive_finite, check_probability
-from .registry import Registry
-from .stats import clopper_pearson_lower
+from ..errors import SmoothcertError, check_positive_finite, check_probability
+from ..registry import Registry
+from .binomial import clopper_pearson_lower
 
 SEQUENTIAL_TESTS: Registry = Registry("sequential test")
 

@@ -16,12 +16,12 @@ from typing import Any
 
 from torch.optim.lr_scheduler import LRScheduler, MultiStepLR, StepLR
 
-from .data import DATASETS
-from .data_dependent import SIGMA_MODES
-from .errors import SmoothcertError, check_count, check_positive_finite, unknown_name
-from .methods import METHODS, build_method
-from .models import MODELS
-from .models.archs import EXTERNAL_ZOOS
+from ..data import DATASETS
+from ..errors import SmoothcertError, check_count, check_positive_finite, unknown_name
+from ..methods import METHODS, build_method
+from ..models import MODELS
+from ..models.archs import EXTERNAL_ZOOS
+from .sigma_modes import SIGMA_MODES
 
 
 # --------------------------------------------------------------------------- config

@@ -42,7 +42,7 @@ import torch
 
 from ..attacks import ATTACKS, FreshNoiseObjective, SoftSmoothedObjective, draw_noises
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
-from ..sampling import model_device
+from ..tensors import model_device
 from ..smoothing import Prediction, Smoothed
 from .runner import RunContext, Task, register_task
 

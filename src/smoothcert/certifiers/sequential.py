@@ -1,15 +1,15 @@
 """Sequential certification at a grid of radii: CERTIFY's answer per grid radius, far fewer draws.
 
 Per input: ĉ_A from n0 selection draws (as in Cohen et al.'s CERTIFY), then estimation draws in
-looks of growing size until :func:`smoothcert.sequential.certify_levels` can tell which grid
-radii are certified — stopping as soon as the answer can no longer change, capped at n_max.
+looks of growing size until :func:`smoothcert.stats.sequential_tests.certify_levels` can tell which
+grid radii are certified — stopping as soon as the answer can no longer change, capped at n_max.
 
 Guarantee (per input): with probability ≥ 1−α over the draws, the returned grid radius r_j
 does not exceed the true radius σΦ⁻¹(p_A) of the smoothed classifier at x — no false
 certificate; an abstention (``prediction`` None, radius 0) is always allowed. In particular
 when level ≥ 0, ĉ_A = g(x) (p_A > ½) with the same probability. Reason: the selection draws are
 independent of the estimation draws, and the sequential test's bounds hold simultaneously over
-all looks (``smoothcert.sequential``).
+all looks (``smoothcert.stats.sequential_tests``).
 
 The radius is the *grid* radius, not σΦ⁻¹(p_lower): ``report``'s certified accuracy at each
 grid radius is then exactly what this certifier decides, while its ACR is computed from grid
@@ -30,10 +30,10 @@ import numpy as np
 from scipy.stats import norm
 
 from ..errors import SmoothcertError, check_count, check_probability
+from ..runs.runner import CERTIFY_COLUMNS, RunConfig, RunContext, Task, register_task
 from ..sampling import Draws
-from ..sequential import SEQUENTIAL_TESTS, SequentialTest, certify_levels, grid
 from ..smoothing import Smoothed
-from .runner import CERTIFY_COLUMNS, RunConfig, RunContext, Task, register_task
+from ..stats.sequential_tests import SEQUENTIAL_TESTS, SequentialTest, certify_levels, grid
 
 RADIUS_STEP = 0.25  # spacing of the default grid, as in Cohen et al.'s and Jeong & Shin's tables
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import SmoothcertError
+from ..errors import SmoothcertError
 
 MANIFEST_SUFFIX = ".manifest.json"
 COHEN_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time")

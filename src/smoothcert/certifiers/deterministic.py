@@ -25,12 +25,12 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import SmoothcertError, check_count, check_probability
-from ..lipschitz import BOUNDS, lbound_radius, margin, margin_lower_bound
 from ..noise import Gaussian
-from ..sampling import eval_mode
+from ..runs.runner import CERTIFY_COLUMNS, RunContext, Task, certificate_row, register_task
 from ..smoothing import Certificate, Smoothed
 from ..stats import clopper_pearson_lower
-from .runner import CERTIFY_COLUMNS, RunContext, Task, certificate_row, register_task
+from ..stats.lbound import BOUNDS, lbound_radius, margin, margin_lower_bound
+from ..tensors import eval_mode
 
 CONFIDENCE = "confidence"  # holds with probability ≥ 1−α over the Monte Carlo draws
 HEURISTIC = "heuristic"  # holds only under an assumption the certifier cannot check
@@ -125,7 +125,7 @@ def certify_lbound(
     model is trained to approximate G, so its clean prediction is G's top class), else the argmax
     of the mean softmax over ``n0`` selection draws (Salman et al.'s soft classifier).
     Step 2: p̄ = mean softmax f(x + δᵢ) over n *fresh* draws (``engine.soft_scores``).
-    Step 3: m_lower = :func:`~smoothcert.lipschitz.margin_lower_bound` (p̄, A, n, α, ``bound``).
+    Step 3: m_lower = :func:`~smoothcert.stats.lbound.margin_lower_bound` (p̄, A, n, α, ``bound``).
     Step 4: abstain if m_lower ≤ 0, else radius σ·√(π/2)·m_lower.
 
     Guarantee (``bound`` "pairwise" or "top"): A does not depend on the n estimation draws, so

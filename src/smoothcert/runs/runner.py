@@ -34,10 +34,11 @@ from ..errors import (
 )
 from ..models.checkpoint import versions
 from ..noise import Gaussian, Uniform
-from ..records import Records, global_indices, open_records, read_records, shard_indices, shard_path
+from .records import Records, global_indices, open_records, read_records, shard_indices, shard_path
 from ..registry import Registry
 from ..rng import example_generator
-from ..sampling import BatchedVotes, eval_mode
+from ..sampling import BatchedVotes
+from ..tensors import eval_mode
 from ..smoothing import Certificate, Smoothed
 from .inputs import (
     Examples,

@@ -1,0 +1,10 @@
+"""Torch-free statistics behind the certificates, in float64 with NumPy and SciPy.
+
+* :mod:`.binomial` — Clopper–Pearson bounds and the exact binomial test (Cohen et al.);
+* :mod:`.sequential_tests` — confidence bounds valid over all looks of a sequential test;
+* :mod:`.lbound` — the L-bound's margin bounds (Campbell et al.; Hoeffding / Bonferroni).
+"""
+
+from .binomial import binomial_pvalue, clopper_pearson_lower
+
+__all__ = ["binomial_pvalue", "clopper_pearson_lower"]
