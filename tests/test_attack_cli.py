@@ -304,7 +304,7 @@ def test_attack_and_certify_files_do_not_mix(tmp_path, min_distance_run, capsys)
 
 
 def test_run_config_validates_attack_options():
-    from smoothcert.certifiers import RunConfig
+    from smoothcert.runs import RunConfig
 
     base = dict(task="attack", checkpoint_sha256="0", dataset="digits", split="test",
                 sigma=0.25, n=100, alpha=0.001, batch=100, seed=0)

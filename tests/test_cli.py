@@ -1,7 +1,9 @@
 """End-to-end CLI tests on the embedded digits data: train → certify → report, resume, shards,
 and every bad input of the step-1 issue (one line on stderr, exit code 2, no half-written file)."""
 
+import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -223,3 +225,126 @@ def test_console_script_exit_code(tmp_path):
     done = subprocess.run(exe + ["certify", str(tmp_path / "x.pt"), "--out", "o.tsv"],
                           capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
+
+
+# --------------------------------------------------------------------------- help
+def subparsers():
+    from smoothcert.cli import build_parser
+
+    (action,) = [a for a in build_parser()._actions if a.dest == "command"]
+    return action.choices  # name -> the subcommand's parser
+
+
+def test_every_command_and_analysis_is_in_the_registry_that_builds_the_parser():
+    from smoothcert.cli import ANALYSES, COMMANDS, Command
+    from smoothcert.registry import Registry
+
+    assert isinstance(COMMANDS, Registry) and isinstance(ANALYSES, Registry)
+    assert list(subparsers()) == list(COMMANDS)
+    assert all(isinstance(c, Command) for c in [*COMMANDS.values(), *ANALYSES.values()])
+    with pytest.raises(Exception, match="unknown command 'nope'; known: analyze, attack"):
+        COMMANDS["nope"]
+
+
+def train_help(capsys, monkeypatch) -> str:
+    monkeypatch.setenv("COLUMNS", "250")  # one line per listed name
+    assert main(["train", "--help"]) == 0
+    return capsys.readouterr().out
+
+
+def listed_names(text: str) -> dict[str, dict[str, str]]:
+    """Per listing after the options (``--flag NAME``), its rows ``  NAME  DESCRIPTION``."""
+    listings: dict[str, dict[str, str]] = {}
+    rows, name = {}, ""
+    for line in text.split("\nnames", 1)[1].splitlines():
+        if line.startswith("--"):
+            rows = listings.setdefault(line.split()[0], {})
+        elif line.startswith("   "):  # a long description's next line
+            rows[name] += " " + line.strip()
+        elif line.startswith("  "):
+            name, *description = line.split(None, 1)
+            rows[name] = description[0] if description else ""
+    return listings
+
+
+def test_train_help_lists_every_registered_name_with_a_description(capsys, monkeypatch):
+    from smoothcert.data import DATASETS
+    from smoothcert.methods import METHODS
+    from smoothcert.models import MODELS
+    from smoothcert.noise import NOISES
+    from smoothcert.training import SCHEDULES
+    from smoothcert.training.sigma_modes import SIGMA_MODES
+
+    listed = listed_names(train_help(capsys, monkeypatch))
+    registries = {"--dataset": DATASETS, "--arch": MODELS, "--method": METHODS,
+                  "--noise": NOISES, "--sigma-mode": SIGMA_MODES, "--lr-schedule": SCHEDULES}
+    assert set(listed) == set(registries)
+    for flag, registry in registries.items():
+        assert list(listed[flag])[: len(registry)] == list(registry), flag
+        if registry is not MODELS:  # lenet and cifar_resnet* have no docstring yet
+            assert all(listed[flag].values()), flag
+    assert list(listed["--arch"])[len(MODELS):] == ["torchvision:NAME", "timm:NAME"]
+    assert all(listed["--arch"][zoo] for zoo in ("torchvision:NAME", "timm:NAME"))
+    method = listed["--method"]["gaussian"]
+    assert method.startswith("Cohen, Rosenfeld & Kolter, ICML 2019: train")
+    assert method.endswith("[num_noise=1]")  # a method's hyperparameters' defaults
+    assert listed["--sigma-mode"]["data_dependent"].endswith(
+        "[num_steps=1, step_size=0.0001, num_samples=1, start_epoch=0]")
+    assert listed["--noise"]["uniform"].startswith("Uniform noise δ ~ U[−λ, λ]^d")
+    assert listed["--dataset"]["digits"] == "10 classes, 1×8×8 inputs, held in memory"
+
+
+def test_train_help_has_a_flag_for_every_config_field_with_its_default(capsys, monkeypatch):
+    import dataclasses
+
+    from smoothcert.cli import _flag
+    from smoothcert.training import TrainConfig
+
+    text = train_help(capsys, monkeypatch)
+    actions = {a.dest: a for a in subparsers()["train"]._actions}
+    for f in dataclasses.fields(TrainConfig):
+        action, flag = actions[f.name], _flag(f)
+        assert flag in action.option_strings and flag in text
+        assert action.default is argparse.SUPPRESS  # unset: the recipe's value stands
+        if f.name in ("dataset", "arch", "sigma", "epochs"):
+            assert action.help.endswith("; required (flag or --config)"), action.help
+        elif f.default_factory is dict:
+            assert action.metavar == "KEY=VALUE" and re.search(r"\bdefaults?\b", action.help)
+        else:
+            assert len(re.findall(r"\bdefault\b", action.help)) == 1, action.help
+            assert " ".join(action.help.split()) in " ".join(text.split())
+    for flag, default in [("batch_size", "256"), ("noise", "gaussian"), ("method", "gaussian"),
+                          ("lr_milestones", "30,60"), ("sigma_mode", "fixed"),
+                          ("nesterov", "off"), ("lr_schedule", "step"), ("seed", "0")]:
+        assert actions[flag].help.endswith(f"(default: {default})")
+    for old in ("--batch", "--init-from", "--param", "--arch-param", "--lr-milestones",
+                "--nesterov", "--image-size", "--dd-steps", "--dd-step-size", "--dd-num-samples",
+                "--dd-start-epoch", "--sigma-param", "--noise"):  # every spelling still parses
+        assert any(old in a.option_strings for a in actions.values()), old
+
+
+@pytest.mark.parametrize("name", ["certify", "predict", "attack", "report", "merge", "analyze",
+                                  "import-checkpoint", "demo", "train"])
+def test_every_help_states_each_default_once(name):
+    from smoothcert.cli import _HelpFormatter
+
+    parser = subparsers()[name]
+    formatter = _HelpFormatter(parser.prog)
+    for action in parser._actions:
+        shown = action.default not in (None, False, [], argparse.SUPPRESS)
+        if action.help in (None, argparse.SUPPRESS) or not action.option_strings or not shown:
+            continue
+        text = formatter._get_help_string(action) % {"default": action.default}
+        assert len(re.findall(r"\bdefault\b", text, re.I)) == 1, (action.option_strings, text)
+
+
+def test_certify_and_report_help_show_their_defaults(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["certify", "--help"]) == 0
+    text = capsys.readouterr().out
+    for default in ("(default: 0.001)", "(default: 1000)", "(default: test)", "(default: fp32)",
+                    "(default: 0)", "(default: 1)"):
+        assert default in text, default
+    assert main(["report", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "(default: 0:1:0.25)" in text and "(default: md)" in text

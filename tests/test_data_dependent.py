@@ -262,8 +262,8 @@ def test_packed_rows_equal_the_algorithm_run_on_each_example_alone(checkpoint, t
 
 def test_interrupted_run_rebuilds_the_memory_and_equals_the_uninterrupted_one(
         checkpoint, tmp_path, monkeypatch):
-    from smoothcert.runs import records
     from smoothcert.certifiers import data_dependent as certifier
+    from smoothcert.runs import records
 
     full, cut = tmp_path / "full.tsv", tmp_path / "cut.tsv"
     assert certify(checkpoint, full) == 0

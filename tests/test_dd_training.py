@@ -14,12 +14,14 @@ import torch
 from torch import nn
 
 from smoothcert import Gaussian, SmoothcertError
-from smoothcert.training import loop as train_module
 from smoothcert.attacks import draw_noises
 from smoothcert.methods import METHODS, build_method
 from smoothcert.methods.base import noise_for_copies
 from smoothcert.models.checkpoint import load_checkpoint
 from smoothcert.training import TrainConfig, Trainer, train
+from smoothcert.training import loop as train_module
+from smoothcert.training.config import LEGACY_SIGMA_PARAMS
+from smoothcert.training.sigma_modes import SIGMA_MODES, build_sigma_mode
 
 B, SHAPE, K = 4, (1, 32, 32), 3  # 1,024 coordinates per input: per-row std within a few %
 SIGMA = torch.tensor([0.05, 0.2, 0.5, 1.0])
@@ -133,8 +135,8 @@ def test_trainer_keeps_one_sigma_per_example_and_trains_each_batch_at_its_own(mo
     trained with exactly the σ the stand-in returned for it."""
     calls, trained = [], []
 
-    def stand_in(model, x, sigma0, *, num_steps, step_size, num_samples, generator, **kw):
-        assert not kw and not sigma0.requires_grad
+    def stand_in(model, x, sigma0, *, num_steps, step_size, num_samples, generator, noise, **kw):
+        assert not kw and not sigma0.requires_grad and noise == "gaussian"  # the run's noise
         calls.append((num_steps, step_size, num_samples, generator))
         out = sigma0 + step_size * num_steps * x.flatten(1).mean(dim=1)
         trained.append(out)
@@ -200,8 +202,9 @@ def test_data_dependent_run_moves_saves_and_logs_sigma(straight):
     assert ckpt.meta["config"]["sigma_mode"] == "data_dependent"
 
 
+@pytest.mark.parametrize("saved_by", ["this version", "a version before sigma_mode_params"])
 def test_interrupted_data_dependent_run_resumes_to_identical_weights_and_sigma(
-    straight, tmp_path, monkeypatch
+    straight, tmp_path, monkeypatch, saved_by
 ):
     real_save = train_module._save
 
@@ -213,10 +216,16 @@ def test_interrupted_data_dependent_run_resumes_to_identical_weights_and_sigma(
     with pytest.raises(KeyboardInterrupt):
         train(REAL, tmp_path, progress=False)
     monkeypatch.undo()
+    if saved_by != "this version":  # its config has the old dd_* keys and no noise
+        path = tmp_path / "checkpoint.pt"
+        payload = torch.load(path, weights_only=True)
+        payload["meta"]["config"] = old_format(payload["meta"]["config"])
+        torch.save(payload, path)
+        assert load_checkpoint(path).meta["config"]["dd_steps"] == 2
     train(REAL, tmp_path, progress=False, resume=True)
     resumed = load_checkpoint(tmp_path / "checkpoint.pt")
     expected = load_checkpoint(straight / "checkpoint.pt")
-    assert resumed.meta["epoch"] == 2
+    assert resumed.meta["epoch"] == 2 and resumed.meta["config"] == REAL.to_dict()
     for key, value in expected.state_dict.items():
         torch.testing.assert_close(resumed.state_dict[key], value, rtol=0, atol=0)
     assert torch.equal(resumed.train_state["per_example_sigma"],
@@ -261,17 +270,25 @@ def test_the_four_methods_of_the_issue_support_per_sample_sigma():
 @pytest.mark.parametrize("change, match", [
     ({"sigma_mode": "adaptive"}, "unknown sigma_mode 'adaptive'.*data_dependent, fixed"),
     ({"sigma_mode": None}, "sigma_mode must be a string"),
-    ({"dd_steps": 0}, "dd_steps must be an integer >= 1"),
-    ({"dd_steps": 1.5}, "dd_steps"),
-    ({"dd_step_size": 0.0}, "dd_step_size must be a positive"),
-    ({"dd_step_size": float("nan")}, "dd_step_size"),
-    ({"dd_num_samples": 0}, "dd_num_samples must be an integer >= 1"),
-    ({"dd_start_epoch": -1}, "dd_start_epoch must be an integer >= 0"),
-    ({"dd_start_epoch": 2}, r"dd_start_epoch \(2\) must be below epochs \(2\)"),
+    # the old dd_* keys are the data_dependent mode's parameters, checked as those
+    ({"dd_steps": 0}, "sigma mode 'data_dependent': num_steps must be an integer >= 1"),
+    ({"dd_steps": 1.5}, "sigma mode 'data_dependent': num_steps"),
+    ({"dd_step_size": 0.0}, "sigma mode 'data_dependent': step_size must be a positive"),
+    ({"dd_step_size": float("nan")}, "sigma mode 'data_dependent': step_size"),
+    ({"dd_num_samples": 0}, "sigma mode 'data_dependent': num_samples must be an integer >= 1"),
+    ({"dd_start_epoch": -1}, "sigma mode 'data_dependent': start_epoch must be an integer >= 0"),
+    ({"dd_start_epoch": 2},
+     r"start_epoch \(2\) of sigma mode data_dependent must be below epochs \(2\)"),
 ])
 def test_bad_data_dependent_options_raise(change, match):
     with pytest.raises(SmoothcertError, match=match):
         TrainConfig(**{**DD, "epochs": 2, **change})
+    # the same through sigma_mode_params, the parameters' own key
+    new = {LEGACY_SIGMA_PARAMS[k]: v for k, v in change.items() if k in LEGACY_SIGMA_PARAMS}
+    if new:
+        fields = {k: v for k, v in DD.items() if k not in LEGACY_SIGMA_PARAMS}
+        with pytest.raises(SmoothcertError, match=match):
+            TrainConfig(**fields, epochs=2, sigma_mode_params=new)
 
 
 def test_config_round_trips_the_data_dependent_options():
@@ -293,8 +310,111 @@ def test_data_dependent_training_from_the_cli(tmp_path):
                  "--no-progress", "--device", "cpu"]) == 0
     checkpoint = load_checkpoint(out / "checkpoint.pt")
     assert checkpoint.meta["config"]["sigma_mode"] == "data_dependent"
-    assert checkpoint.meta["config"]["dd_step_size"] == 1e-3
+    assert checkpoint.meta["config"]["sigma_mode_params"]["step_size"] == 1e-3
+    assert checkpoint.meta["config"]["sigma_mode_params"]["num_steps"] == 1
     assert "sigma_mean" in (out / "log.tsv").read_text().splitlines()[0]
+
+
+# --- sigma_mode_params and the old dd_* keys -------------------------------------------------
+
+PARAMS = {"num_steps": 2, "step_size": 0.01, "num_samples": 2, "start_epoch": 1}
+BASE = {k: v for k, v in DD.items() if k not in LEGACY_SIGMA_PARAMS}  # DD without its dd_* keys
+
+
+def old_format(config: dict) -> dict:
+    """``config`` (a ``to_dict()``) as versions before ``sigma_mode_params`` and ``noise`` stored
+    it: the data-dependent mode's parameters as dd_* keys, present for every σ mode."""
+    old = {k: v for k, v in config.items() if k not in ("noise", "sigma_mode_params")}
+    own = config["sigma_mode_params"] if config["sigma_mode"] == "data_dependent" else {}
+    params = build_sigma_mode("data_dependent", **own).params()
+    return {**old, **{key: params[name] for key, name in LEGACY_SIGMA_PARAMS.items()}}
+
+
+def test_old_dd_keys_equal_the_new_sigma_mode_params():
+    old = TrainConfig(**DD, epochs=3, dd_start_epoch=1)
+    new = TrainConfig(**BASE, epochs=3, sigma_mode_params=PARAMS)
+    assert old == new and old.to_dict() == new.to_dict()
+    assert new.sigma_mode_params == PARAMS and not any(k.startswith("dd_") for k in new.to_dict())
+    assert (new.dd_steps, new.dd_step_size, new.dd_num_samples, new.dd_start_epoch) == (2, 0.01,
+                                                                                        2, 1)
+    assert TrainConfig.from_dict(old_format(new.to_dict())) == new
+    assert TrainConfig.from_dict({**old_format(new.to_dict()), "noise": "gaussian"}) == new
+    # the two spellings together: the missing parameters at the mode's defaults
+    mixed = TrainConfig(**BASE, epochs=3, dd_steps=3, sigma_mode_params={"step_size": 0.01})
+    assert mixed.sigma_mode_params == {"num_steps": 3, "step_size": 0.01, "num_samples": 1,
+                                       "start_epoch": 0}
+    assert TrainConfig(**BASE, epochs=3, dd_steps=2, sigma_mode_params=PARAMS) == new
+    with pytest.raises(SmoothcertError, match=r"disagree \(dd_steps=3 vs sigma_mode_params "
+                                              r"num_steps=2\)"):
+        TrainConfig(**BASE, epochs=3, dd_steps=3, sigma_mode_params=PARAMS)
+
+
+def test_sigma_mode_params_are_checked_at_the_boundary():
+    fixed = dict(BASE, epochs=3, sigma_mode="fixed")
+    # the old keys of a fixed-σ config are checked and ignored, as they always were
+    assert TrainConfig(**fixed, dd_steps=5) == TrainConfig(**fixed)
+    assert TrainConfig(**fixed).sigma_mode_params == {}
+    with pytest.raises(SmoothcertError, match="num_steps must be an integer >= 1"):
+        TrainConfig(**fixed, dd_steps=0)
+    with pytest.raises(SmoothcertError, match=r"unknown parameter\(s\) num_steps for sigma mode "
+                                              r"'fixed'; valid: \(none\)"):
+        TrainConfig(**fixed, sigma_mode_params={"num_steps": 2})
+    with pytest.raises(SmoothcertError, match="unknown parameter.*steps for sigma mode "
+                                              "'data_dependent'; valid: num_steps, step_size, "
+                                              "num_samples, start_epoch"):
+        TrainConfig(**BASE, epochs=3, sigma_mode_params={"steps": 2})
+    with pytest.raises(SmoothcertError, match="sigma_mode_params must be a mapping"):
+        TrainConfig(**BASE, epochs=3, sigma_mode_params=[2])
+
+
+@pytest.mark.parametrize("name", sorted(SIGMA_MODES))
+def test_every_sigma_mode_builds_with_its_defaults_and_names_them(name):
+    mode = build_sigma_mode(name)
+    assert list(mode.params()) == SIGMA_MODES[name].param_names()
+    assert build_sigma_mode(name, **mode.params()).params() == mode.params()
+    mode.start("gaussian", 0.25, 10, torch.device("cpu"))
+    noise = mode.noise_for(None, torch.zeros(2, 1, 4, 4), torch.tensor([0, 1]), None, -1)
+    assert type(noise) is Gaussian and float(noise.sigma) == 0.25  # before any optimisation
+
+
+def test_data_dependent_training_with_uniform_noise(monkeypatch):
+    """The σ mode optimises σ for the run's noise and trains each example with that noise."""
+    from smoothcert.noise import Uniform
+
+    asked, trained = [], []
+
+    def stand_in(model, x, sigma0, *, noise, **kw):
+        asked.append(noise)
+        return sigma0 + 0.01
+
+    use_optimize_sigma(monkeypatch, stand_in)
+    trainer = Trainer(TrainConfig(**DD, epochs=1, noise="uniform"))
+    real_loss = trainer.method.loss
+    monkeypatch.setattr(trainer.method, "loss", lambda model, x, y, noise, gen: trained.append(
+        noise) or real_loss(model, x, y, noise, gen))
+    trainer._step(trainer._batches()[0])
+    assert asked == ["uniform"] and type(trainer.noise) is Uniform
+    assert type(trained[0]) is Uniform and torch.allclose(trained[0].sigma, torch.tensor(0.26))
+
+
+def test_sigma_params_from_flags_and_a_recipe(tmp_path):
+    """--sigma-param and the old --dd-* flags set one parameter each over a recipe, whichever
+    spelling the recipe used."""
+    from smoothcert.cli import _train_fields, build_parser
+
+    def params(recipe, *flags):
+        args = build_parser().parse_args(["train", "--out", str(tmp_path), *flags])
+        return TrainConfig.from_dict(_train_fields(recipe, args)).sigma_mode_params
+
+    old = {**BASE, "epochs": 3, "dd_steps": 2, "dd_start_epoch": 1}
+    new = {**BASE, "epochs": 3, "sigma_mode_params": {"num_steps": 2, "start_epoch": 1}}
+    for recipe in (old, new):
+        assert params(recipe) == {**PARAMS, "step_size": 1e-4, "num_samples": 1}
+        assert params(recipe, "--sigma-param", "num_steps=3")["num_steps"] == 3
+        assert params(recipe, "--dd-steps", "4")["num_steps"] == 4
+        assert params(recipe, "--dd-step-size", "1e-3", "--sigma-param", "num_samples=3") == {
+            "num_steps": 2, "step_size": 1e-3, "num_samples": 3, "start_epoch": 1}
+    assert params(old, "--sigma-mode", "fixed") == {}  # the old keys only apply to their mode
 
 
 def test_opt_values_in_exponent_notation_are_numbers():

@@ -12,12 +12,12 @@ from torch import nn
 
 from conftest import Halfspace
 from smoothcert import Gaussian, SmoothcertError
-from smoothcert.training import loop as train_module
 from smoothcert.data import DatasetSpec, ImageDataset, load_dataset
 from smoothcert.methods import EpochContext, build_method
 from smoothcert.methods import easy_focus as ef
 from smoothcert.models.checkpoint import load_checkpoint
 from smoothcert.training import TrainConfig, Trainer, train
+from smoothcert.training import loop as train_module
 
 SIGMA = 0.1
 # Toy 1×1×4 images whose first pixel alone decides the class of Halfspace(e₀, b=0.5):

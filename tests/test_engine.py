@@ -7,8 +7,8 @@ from torch import nn
 
 from conftest import Halfspace, write_checkpoint
 from smoothcert import Gaussian
-from smoothcert.certifiers import RunConfig, run_dataset
 from smoothcert.errors import SmoothcertError
+from smoothcert.runs import RunConfig, run_dataset
 from smoothcert.runs.records import read_manifest, read_records
 from smoothcert.sampling import BatchedVotes, Draws
 from smoothcert.smoothing import Smoothed

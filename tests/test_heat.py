@@ -12,11 +12,11 @@ from scipy.special import softmax
 from torch import nn
 
 from smoothcert import Gaussian, SmoothcertError
-from smoothcert.training import loop as train_module
 from smoothcert.methods import EpochContext, build_method
 from smoothcert.methods.heat import heat_distance, heat_loss, time_step
 from smoothcert.models.checkpoint import load_checkpoint
 from smoothcert.training import TrainConfig, train
+from smoothcert.training import loop as train_module
 
 B, D, C = 4, 6, 3  # batch, input pixels (1×2×3), classes
 

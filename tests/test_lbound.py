@@ -15,9 +15,9 @@ import torch
 from scipy.stats import norm
 
 from smoothcert import Gaussian, SmoothcertError, Smoothed
-from smoothcert.certifiers.deterministic import certify_lbound, lbound_heuristic
+from smoothcert.certifiers.lbound import certify_lbound, lbound_heuristic
 from smoothcert.sampling import BatchedVotes
-from smoothcert.stats.lbound import lbound_radius, lipschitz_constant, margin, margin_lower_bound
+from smoothcert.stats.margins import lbound_radius, lipschitz_constant, margin, margin_lower_bound
 
 CENTER = (0.0, 0.0)  # (c₀, c₁)
 

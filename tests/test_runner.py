@@ -2,17 +2,29 @@
 
 import pytest
 
-from smoothcert.certifiers import TASKS, RunConfig, Task, certificate_row, register_task
+from smoothcert.certifiers import CERTIFIERS, Certifier, certificate_row, register_certifier
 from smoothcert.errors import SmoothcertError
+from smoothcert.runs import RunConfig
 from smoothcert.smoothing import Certificate
 
 
 @pytest.fixture
 def toy_task():
     name = "toy-certifier-for-tests"
-    register_task(name, Task(("idx",), lambda run: None, options={"steps": 100, "lr": 0.5}))
+
+    @register_certifier(name)
+    class Toy(Certifier):
+        columns = ("idx",)
+
+        def __init__(self, *, steps: int = 100, lr: float = 0.5):
+            self.steps, self.lr = steps, lr
+
+        def program(self, run, x, label, idx, generator):
+            return {}
+            yield
+
     yield name
-    del TASKS[name]
+    del CERTIFIERS[name]
 
 
 def config(task, **options):

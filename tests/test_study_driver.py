@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from smoothcert.runs import task_class
 from smoothcert.runs.records import open_records
-from smoothcert.runs.runner import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "results" / "step5_study.sh"
@@ -57,7 +57,7 @@ def _stems(name: str) -> list[str]:
 def _write_records(path: Path, task: str, sigma: float, draws: int) -> None:
     """COUNT rows: image i is correct with radius σ·(i mod 4)/4, or abstains when i mod 4 = 3;
     ``n`` = draws, n0 = 100, time 0.5 s each."""
-    columns = TASKS[task].columns
+    columns = task_class(task).columns
     writer, _ = open_records(path, columns, {"kind": task,
                                              "identity": {"task": task, "device_type": "cpu"},
                                              "shard": {}})

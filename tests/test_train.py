@@ -11,13 +11,13 @@ import torch
 import yaml
 
 from smoothcert import SmoothcertError
-from smoothcert.training import loop as train_module
 from smoothcert.cli import main
 from smoothcert.methods import METHODS
 from smoothcert.models import build_model
 from smoothcert.models.checkpoint import checkpoint_meta, load_checkpoint, save_checkpoint
 from smoothcert.rng import derived_seed
 from smoothcert.training import TrainConfig, Trainer, train
+from smoothcert.training import loop as train_module
 
 # 2 epochs of digits_cnn at batch 32: about 90 SGD steps, a second or two on 2 CPU cores.
 CONFIG = TrainConfig(
@@ -284,3 +284,79 @@ def test_train_size_flag_and_its_bounds(tmp_path, capsys):
     assert main([*base, "--train-size", "100000", "--out", str(tmp_path / "big")]) == 2
     assert "train_size must lie in 1..1438, got 100000" in capsys.readouterr().err
     assert main([*base, "--train-size", "0", "--out", str(tmp_path / "zero")]) == 2
+
+
+# --------------------------------------------------------------------------- noise
+def test_uniform_noise_from_the_cli_trains_and_the_checkpoint_says_uniform(tmp_path):
+    args = ["train", "--dataset", "digits", "--arch", "digits_cnn", "--sigma", "0.25",
+            "--epochs", "1", "--batch", "32", "--lr", "0.05", "--seed", "3", "--no-progress",
+            "--device", "cpu"]
+    assert main([*args, "--noise", "uniform", "--out", str(tmp_path / "u")]) == 0
+    meta = load_checkpoint(tmp_path / "u" / "checkpoint.pt").meta
+    assert meta["noise"] == {"name": "uniform", "sigma": 0.25}
+    assert meta["config"]["noise"] == "uniform"
+    assert yaml.safe_load((tmp_path / "u" / "config.yaml").read_text())["noise"] == "uniform"
+    (row,) = read_log(tmp_path / "u" / "log.tsv")
+    assert float(row["train_acc"]) > 0.3 and math.isfinite(float(row["loss"]))  # it learns
+    # the same run with the default noise is another run: other draws, other weights
+    assert main([*args, "--out", str(tmp_path / "g")]) == 0
+    gauss = load_checkpoint(tmp_path / "g" / "checkpoint.pt")
+    assert gauss.meta["noise"]["name"] == "gaussian"
+    uniform = load_checkpoint(tmp_path / "u" / "checkpoint.pt")
+    assert not torch.equal(gauss.state_dict["1.0.weight"], uniform.state_dict["1.0.weight"])
+
+
+@pytest.mark.parametrize("name", ["gaussian", "uniform"])
+def test_the_trainer_draws_every_noise_from_the_noise_registry(name, monkeypatch):
+    from smoothcert.noise import NOISES
+
+    trainer = Trainer(TrainConfig.from_dict({**CONFIG.to_dict(), "noise": name}))
+    seen = []
+    real_loss = trainer.method.loss
+    monkeypatch.setattr(trainer.method, "loss", lambda model, x, y, noise, gen: seen.append(
+        noise) or real_loss(model, x, y, noise, gen))
+    trainer._step(trainer._batches()[0])
+    assert type(seen[0]) is NOISES[name] and seen[0].sigma == 0.25
+    assert type(trainer.noise) is NOISES[name] and type(trainer._context().noise) is NOISES[name]
+
+
+def test_noise_is_checked():
+    with pytest.raises(SmoothcertError, match="unknown noise 'laplace'; known: gaussian, uniform"):
+        TrainConfig.from_dict({**CONFIG.to_dict(), "noise": "laplace"})
+    assert CONFIG.noise == "gaussian" and CONFIG.to_dict()["noise"] == "gaussian"
+
+
+@pytest.mark.parametrize("method", ["macer", "easy_focus", "heat"])
+def test_a_method_written_for_gaussian_noise_refuses_another(method):
+    with pytest.raises(SmoothcertError, match=f"method '{method}' trains with noise gaussian "
+                                              "only, not 'uniform'"):
+        TrainConfig.from_dict({**CONFIG.to_dict(), "method": method, "method_params": {},
+                               "noise": "uniform"})
+    assert TrainConfig.from_dict({**CONFIG.to_dict(), "method": method,
+                                  "method_params": {}}).noise == "gaussian"
+
+
+def test_a_run_saved_before_the_noise_field_resumes(straight, tmp_path, monkeypatch):
+    """A checkpoint whose config has no ``noise`` (Gaussian) and the old dd_* keys, as every run
+    saved before noise became a field, resumes to the uninterrupted run's weights; asking for
+    another noise is refused."""
+    _crash_at(monkeypatch, 1, before_save=False)
+    with pytest.raises(KeyboardInterrupt):
+        train(CONFIG, tmp_path, progress=False)
+    monkeypatch.undo()
+    path = tmp_path / "checkpoint.pt"
+    payload = torch.load(path, weights_only=True)
+    config = {k: v for k, v in payload["meta"]["config"].items()
+              if k not in ("noise", "sigma_mode_params")}
+    payload["meta"]["config"] = {**config, "dd_steps": 1, "dd_step_size": 1e-4,
+                                 "dd_num_samples": 1, "dd_start_epoch": 0}
+    torch.save(payload, path)
+    uniform = TrainConfig.from_dict({**CONFIG.to_dict(), "noise": "uniform"})
+    with pytest.raises(SmoothcertError, match="differs.*noise: checkpoint 'gaussian', asked "
+                                              "'uniform'"):
+        train(uniform, tmp_path, progress=False, resume=True)
+    train(CONFIG, tmp_path, progress=False, resume=True)
+    resumed, expected = load_checkpoint(path), load_checkpoint(straight / "checkpoint.pt")
+    assert resumed.meta["epoch"] == 2 and resumed.meta["config"] == CONFIG.to_dict()
+    for key, value in expected.state_dict.items():
+        torch.testing.assert_close(resumed.state_dict[key], value, rtol=0, atol=1e-6)

@@ -78,7 +78,10 @@ def test_linear_oracle_l1_radius_approaches_the_distance_from_below():
 
 
 def test_uniform_certifier_is_registered_with_certify_columns():
-    from smoothcert.certifiers import TASKS
-    from smoothcert.runs.runner import CERTIFY_COLUMNS
+    """The former ``uniform`` certifier is CERTIFY with uniform noise: its name still resolves."""
+    from smoothcert.certifiers import CERTIFY_COLUMNS, LEGACY_NAMES
+    from smoothcert.runs import task_class
 
-    assert TASKS["uniform"].columns == CERTIFY_COLUMNS and TASKS["uniform"].needs_n0
+    name, noise = LEGACY_NAMES["uniform"]
+    assert noise == "uniform"
+    assert task_class(name).columns == CERTIFY_COLUMNS and task_class(name).needs_n0

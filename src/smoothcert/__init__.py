@@ -1,12 +1,11 @@
 """smoothcert: randomized smoothing — train, certify and evaluate certifiably robust classifiers."""
 
-from .certifiers import certify_dataset
 from .errors import SmoothcertError
 from .noise import Gaussian, Uniform
+from .runs import certify_dataset
 from .smoothing import Certificate, Prediction, Smoothed
 from .stats import binomial_pvalue, clopper_pearson_lower
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "Certificate",

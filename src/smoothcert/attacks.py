@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import SmoothcertError, check_count
+from .errors import SmoothcertError, check_count, check_positive_finite, check_probability
 from .registry import Registry
 from .tensors import eval_mode
 
@@ -281,7 +281,7 @@ class PGDL2(SoftSmoothedAttack):
     def __init__(self, *, num_steps: int = 10, rel_stepsize: float | None = None):
         super().__init__(num_steps=num_steps)
         if rel_stepsize is not None:
-            rel_stepsize = _check_positive("rel_stepsize", rel_stepsize)
+            rel_stepsize = check_positive_finite("rel_stepsize", rel_stepsize)
         self.rel_stepsize = rel_stepsize  # α / ε; None: 2 / T (Salman et al.)
 
     def _perturbation(self, objective, x, epsilon, generator):
@@ -343,12 +343,10 @@ class DDN(SoftSmoothedAttack):
         quantize_levels: int | None = None,
     ):
         super().__init__(num_steps=num_steps)
-        gamma = _check_positive("gamma", gamma)
-        if gamma >= 1:
-            raise SmoothcertError(f"gamma must lie strictly between 0 and 1, got {gamma!r}")
-        self.gamma = gamma  # γ: relative norm change per step (--gamma-DDN 0.05, Salman et al.)
+        # γ: relative norm change per step, in (0, 1) (--gamma-DDN 0.05, Salman et al.)
+        self.gamma = check_probability("gamma", gamma)
         if init_norm is not None:
-            init_norm = _check_positive("init_norm", init_norm)
+            init_norm = check_positive_finite("init_norm", init_norm)
         self.init_norm = init_norm  # starting norm budget (pixel units); None: ε
         if quantize_levels is not None:
             quantize_levels = check_count("quantize_levels", quantize_levels, minimum=2)
@@ -381,13 +379,6 @@ class DDN(SoftSmoothedAttack):
 
 
 # --------------------------------------------------------------------------- validation
-def _check_positive(name: str, value: float) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:
-        raise SmoothcertError(f"{name} must be a positive finite number, got {value!r}")
-    return float(value)
-
-
 def _check_batch(x) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[0] == 0:
         raise SmoothcertError("x must be a non-empty batch tensor of shape (B, ...)")

@@ -6,41 +6,108 @@ Any user error becomes one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import re
 import sys
-from collections.abc import Callable
+import textwrap
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 
 from .errors import SmoothcertError
+from .registry import Registry
 
-COMMANDS: dict[str, tuple[str, Callable, Callable]] = {}
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand (or an ``analyze`` analysis): its one-line ``help``, ``add_arguments(parser)``
+    declaring its flags, and ``run(args)``."""
+
+    help: str
+    add_arguments: Callable
+    run: Callable
+
+
+COMMANDS: Registry = Registry("command")
+"""Subcommand name -> :class:`Command`, in the order ``smoothcert --help`` lists them."""
 
 
 def command(name: str, help: str, add_arguments: Callable):
     """Register subcommand ``name``: ``add_arguments(parser)`` declares it; the decorated runs."""
 
     def deco(run: Callable) -> Callable:
-        COMMANDS[name] = (help, add_arguments, run)
+        COMMANDS.register(name)(Command(help, add_arguments, run))
         return run
 
     return deco
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every flag's default shown once, ArgumentDefaultsHelpFormatter-style (a help text that
+    mentions its default already keeps its own wording), and the lines ``NAME\tDESCRIPTION`` of
+    a listing laid out as a table whose descriptions wrap under themselves."""
+
+    def _get_help_string(self, action) -> str:
+        default = _default_text(action.default) if action.option_strings else None
+        return _with_default(action.help, default and default.replace("%", "%%"))
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return [line for part in text.splitlines() for line in _layout(part, width)]
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines = (line for part in text.splitlines() for line in _layout(part, width - len(indent)))
+        return "\n".join(indent + line if line else "" for line in lines)
+
+
+_COLUMN = 20  # where the descriptions of a listing start
+
+
+def _layout(line: str, width: int) -> list[str]:
+    """One line of help text wrapped to ``width``; ``NAME\tDESCRIPTION`` becomes a table row."""
+    name, tab, description = line.partition("\t")
+    if not tab:
+        return textwrap.wrap(" ".join(line.split()), width) or [""]
+    lead = f"  {name}".ljust(_COLUMN - 1) + " "
+    return textwrap.wrap(description, width, initial_indent=lead,
+                         subsequent_indent=" " * _COLUMN) or [lead.rstrip()]
+
+
+def _default_text(value) -> str | None:
+    """How a default reads in help; None where nothing is set (None, an unset switch, [])."""
+    if value is None or value is False or value is argparse.SUPPRESS or value in ([], {}):
+        return None
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def _with_default(help_text: str | None, default: str | None) -> str | None:
+    """``help_text (default: DEFAULT)``, unless there is no default or the text names it."""
+    if default is None or help_text is None or re.search(r"\bdefault\b", help_text, re.I):
+        return help_text
+    return f"{help_text} (default: {default})"
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # one line, exit 2 (argparse would also print the usage)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .version import __version__
 
     parser = _Parser(prog="smoothcert",
                      description="Randomized smoothing: train, certify, attack, report.")
     parser.add_argument("--version", action="version", version=f"smoothcert {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name, (help_text, add_arguments, _) in COMMANDS.items():
-        add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    for name, cmd in COMMANDS.items():
+        cmd.add_arguments(sub.add_parser(name, help=cmd.help, description=cmd.help))
     return parser
 
 
@@ -50,7 +117,7 @@ def main(argv=None) -> int:
     except SystemExit as e:  # --help, --version, or a one-line usage error (exit 2)
         return int(e.code or 0)
     try:
-        COMMANDS[args.command][2](args)
+        COMMANDS[args.command].run(args)
     except SmoothcertError as e:
         print(f"smoothcert {args.command}: error: {e}", file=sys.stderr)
         return 2
@@ -87,14 +154,16 @@ def _workers_arg(p) -> None:
                         "in-memory datasets; for image folders one per core but one, at most 8)")
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
+def _add_common(p: argparse.ArgumentParser, data_root: bool = True) -> None:
+    """--device, --data-root (unless the command has its own) and --no-progress."""
     p.add_argument(
         "--device",
         choices=("auto", "cpu", "cuda"),
         default="auto",
         help="where the model runs and noise is drawn (default: auto)",
     )
-    p.add_argument("--data-root", default=None, help="folder holding the datasets' files")
+    if data_root:
+        p.add_argument("--data-root", default=None, help="folder holding the datasets' files")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -119,80 +188,91 @@ def _shard(args) -> tuple[int, int]:
 
 # --------------------------------------------------------------------------- train
 def _train_args(p):
-    p.add_argument("--config", help="YAML file of TrainConfig fields; flags override it")
-    p.add_argument("--dataset"), p.add_argument("--arch"), p.add_argument("--method")
-    p.add_argument("--sigma", type=float)
-    p.add_argument("--epochs", type=int), p.add_argument("--batch", type=int, dest="batch_size")
-    p.add_argument("--lr", type=float), p.add_argument("--momentum", type=float)
-    p.add_argument("--nesterov", action="store_true", default=None)
-    p.add_argument("--weight-decay", type=float)
-    p.add_argument("--lr-schedule", choices=("step", "multistep", "constant"))
-    p.add_argument("--lr-step-size", type=int), p.add_argument("--lr-gamma", type=float)
-    p.add_argument("--lr-milestones", type=lambda s: tuple(int(v) for v in s.split(",")))
-    p.add_argument("--seed", type=int)
-    p.add_argument(
-        "--init-from",
-        dest="init_checkpoint",
-        metavar="PATH",
-        help="start from the weights of this checkpoint (same arch and dataset), e.g. to "
-        "fine-tune with --method heat",
-    )
-    p.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="method hyperparameter, e.g. --param num_noise=4 (repeatable)",
-    )
-    p.add_argument("--sigma-mode", choices=("fixed", "data_dependent"),
-                   help="data_dependent: each example keeps its own σ, updated by OptimizeSigma "
-                        "(Alfarra et al., Alg. 2)")
-    p.add_argument("--dd-steps", type=int, help="OptimizeSigma steps per example and epoch")
-    p.add_argument("--dd-step-size", type=float, help="OptimizeSigma step size")
-    p.add_argument("--dd-num-samples", type=int, help="noise draws per OptimizeSigma step")
-    p.add_argument("--dd-start-epoch", type=int, help="first epoch that optimizes σ")
-    p.add_argument("--train-size", type=int, metavar="N",
-                   help="train on a fixed class-balanced subset of N training examples")
-    p.add_argument("--arch-param", action="append", default=[], metavar="KEY=VALUE",
-                   help="keyword argument of a torchvision:/timm: model's constructor, e.g. "
-                        "--arch-param dropout=0.1 (repeatable; stored in the checkpoint)")
-    _image_size_arg(p, "side S of the square inputs of an image folder: Resize(S·8/7) + "
-                       "CenterCrop(S) for evaluation, RandomResizedCrop(S) + flip for training "
-                       "(default 224)")
+    """One flag per TrainConfig field, generated from the field (its metadata holds the help
+    text, the flag where it is not --field-name, and the registry of its names, listed in the
+    epilog), the old --dd-* spellings of --sigma-param, and the run's own flags."""
+    from .training.config import TrainConfig
+
+    p.add_argument("--config", metavar="YAML",
+                   help="recipe: a YAML file of TrainConfig fields (configs/); flags override it")
+    for f in dataclasses.fields(TrainConfig):
+        _field_flag(p, f, _flag_type(typing.get_type_hints(TrainConfig)[f.name]))
+    _legacy_sigma_flags(p)
     p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.tsv, config.yaml")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic cuDNN kernels: on a GPU, a resumed run then ends with the "
                         "same weights as an uninterrupted one (slower)")
     _workers_arg(p)
-    _add_common(p)
+    _add_common(p, data_root=False)  # --data-root is a field
+    p.epilog = _choices_epilog(TrainConfig)
 
 
-_TRAIN_FIELDS = (
-    "dataset",
-    "arch",
-    "method",
-    "sigma",
-    "epochs",
-    "batch_size",
-    "lr",
-    "momentum",
-    "nesterov",
-    "weight_decay",
-    "lr_schedule",
-    "lr_step_size",
-    "lr_gamma",
-    "lr_milestones",
-    "seed",
-    "init_checkpoint",
-    "sigma_mode",
-    "dd_steps",
-    "dd_step_size",
-    "dd_num_samples",
-    "dd_start_epoch",
-    "train_size",
-    "image_size",
-)
+def _field_flag(p, f: dataclasses.Field, kind: type) -> None:
+    """The flag of TrainConfig field ``f``, whose values are of type ``kind``. An unset flag
+    leaves no attribute (argparse.SUPPRESS), so that a recipe's value stands; its help states
+    the field's default itself."""
+    options = {"dest": f.name, "default": argparse.SUPPRESS, "help": _field_help(f),
+               "metavar": f.metadata["metavar"]}
+    if kind is bool:
+        options["action"] = argparse.BooleanOptionalAction
+    elif kind is dict:  # KEY=VALUE, repeatable: one key of the mapping each
+        options["action"] = "append"
+    else:
+        options["type"] = _int_tuple if kind is tuple else kind
+    p.add_argument(_flag(f), **options)
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata["flag"] or "--" + f.name.replace("_", "-")
+
+
+def _flag_type(hint) -> type:
+    """``int`` for ``int | None``, ``tuple`` for ``tuple[int, ...]``, the type itself else."""
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    return typing.get_origin(hint) or hint
+
+
+def _field_help(f: dataclasses.Field) -> str:
+    text = f.metadata["help"]
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        return f"{text}; required (flag or --config)"
+    default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    shown = ("on" if default else "off") if isinstance(default, bool) else _default_text(default)
+    return _with_default(text, shown)
+
+
+def _int_tuple(text: str) -> tuple[int, ...]:
+    """``30,60`` -> (30, 60)."""
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers such as 30,60, got {text!r}") from None
+
+
+def _legacy_sigma_flags(p) -> None:
+    """--dd-steps, --dd-step-size, --dd-num-samples, --dd-start-epoch: the old spellings of
+    ``--sigma-param KEY=VALUE`` for the data-dependent σ mode (named in that flag's help)."""
+    from .training.config import LEGACY_SIGMA_MODE, LEGACY_SIGMA_PARAMS
+    from .training.sigma_modes import build_sigma_mode
+
+    defaults = build_sigma_mode(LEGACY_SIGMA_MODE).params()
+    for old, new in LEGACY_SIGMA_PARAMS.items():
+        p.add_argument("--" + old.replace("_", "-"), dest=old, type=type(defaults[new]),
+                       default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+def _choices_epilog(config_cls) -> str:
+    """The names of every field that takes one from a registry, one line each."""
+    lines = ["names (a method's hyperparameters and a σ mode's parameters, set with --param and "
+             "--sigma-param, in brackets with their defaults):"]
+    for f in dataclasses.fields(config_cls):
+        if f.metadata["choices"] is not None:
+            lines += ["", f"{_flag(f)} {f.metadata['metavar']}"]
+            lines += [f"{name}\t{text}" for name, text in f.metadata["choices"]().items()]
+    return "\n".join(lines)
 
 
 @command("train", "train a base classifier with a smoothing-aware method", _train_args)
@@ -200,13 +280,8 @@ def cmd_train(args):
     from .recipes import load_recipe
     from .training import TrainConfig, train
 
-    fields = load_recipe(args.config) if args.config else {}
-    fields.update({k: getattr(args, k) for k in _TRAIN_FIELDS if getattr(args, k) is not None})
-    params = dict(fields.pop("method_params", None) or {}, **_parse_params(args.param))
-    arch_kwargs = dict(fields.pop("arch_kwargs", None) or {},
-                       **_parse_params(args.arch_param, "--arch-param"))
-    fields["data_root"] = args.data_root or fields.get("data_root")
-    config = TrainConfig.from_dict({**fields, "method_params": params, "arch_kwargs": arch_kwargs})
+    recipe = load_recipe(args.config) if args.config else {}
+    config = TrainConfig.from_dict(_train_fields(recipe, args))
     if args.deterministic:
         import torch
 
@@ -221,6 +296,36 @@ def cmd_train(args):
     )
     if os.environ.get("RANK", "0") == "0":  # once under torchrun
         print(f"checkpoint: {path}")
+
+
+def _train_fields(recipe: dict, args) -> dict:
+    """The recipe's fields with the flags' over them. A KEY=VALUE flag sets one key of its
+    mapping; a σ-mode parameter set by a flag under either spelling (--sigma-param num_steps=K
+    or --dd-steps K) replaces the recipe's under both."""
+    from .training.config import LEGACY_SIGMA_PARAMS, TrainConfig
+
+    fields = dict(recipe)
+    for f in dataclasses.fields(TrainConfig):
+        if f.default_factory is dict:
+            fields[f.name] = _merged(f.name, fields.get(f.name),
+                                     _parse_params(getattr(args, f.name, []), _flag(f)))
+        elif hasattr(args, f.name):
+            fields[f.name] = getattr(args, f.name)
+    flagged = set(_parse_params(getattr(args, "sigma_mode_params", [])))
+    for old, new in LEGACY_SIGMA_PARAMS.items():
+        if hasattr(args, old):
+            fields[old] = getattr(args, old)
+            fields["sigma_mode_params"].pop(new, None)
+        elif new in flagged:
+            fields.pop(old, None)
+    return fields
+
+
+def _merged(name: str, base, flags: dict) -> dict:
+    """The recipe's mapping ``base`` (None: empty) with the flags' keys over it."""
+    if base is not None and not isinstance(base, Mapping):
+        raise SmoothcertError(f"{name} must be a mapping, got {type(base).__name__}")
+    return {**(base or {}), **flags}
 
 
 def _parse_params(items, flag: str = "--param") -> dict:
@@ -246,20 +351,19 @@ def _number_or_yaml(value):
 
 
 # --------------------------------------------------------------------------- certify / predict
-NOT_CERTIFIERS = ("attack",)  # runner tasks with a command of their own
-
-
 def _run_args(p, *, with_n0: bool):
     p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
     if with_n0:
-        from .certifiers import TASKS
+        from .certifiers import CERTIFIERS, LEGACY_NAMES
 
         p.add_argument("--certifier", default="certify",
-                       choices=sorted(set(TASKS) - set(NOT_CERTIFIERS)),
-                       help="the certification algorithm (default: Cohen et al.'s CERTIFY)")
+                       choices=sorted(CERTIFIERS) + sorted(LEGACY_NAMES),
+                       help="the certification algorithm (default: Cohen et al.'s CERTIFY); "
+                            "uniform and data-dependent-uniform are the former names of "
+                            "certify and data-dependent with --noise uniform")
     p.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of the certifier (repeatable)")
-    p.add_argument("--sigma", type=float, help="noise level (default: the checkpoint's)")
+    _noise_args(p)
     if with_n0:
         p.add_argument("--n0", type=int, default=100, help="selection draws (default 100)")
         p.add_argument("--radii", help="grid of radii of --certifier sequential, e.g. "
@@ -269,19 +373,34 @@ def _run_args(p, *, with_n0: bool):
     _dataset_run_args(p)
 
 
+def _noise_args(p) -> None:
+    from .noise import NOISES
+
+    p.add_argument("--noise", choices=sorted(NOISES),
+                   help="smoothing noise; σ is its per-coordinate standard deviation (default: "
+                        "the checkpoint's)")
+    p.add_argument("--sigma", type=float, help="noise level (default: the checkpoint's)")
+
+
 def _monte_carlo_args(p, n_help: str = "draws (default 100000)") -> None:
     p.add_argument("--n", type=int, default=100_000, help=n_help)
     p.add_argument("--alpha", type=float, default=0.001, help="failure probability")
     p.add_argument("--batch", type=int, default=1000, help="noisy inputs per forward pass")
 
 
-def _dataset_run_args(p) -> None:
-    """Which examples, the seed, the record file and the shard: every runner command's flags."""
+def _example_args(p, split: str, split_help: str, seed_help: str) -> None:
+    """Which examples of which dataset, and the seed of their noise."""
     p.add_argument("--dataset", help="dataset (default: the checkpoint's)")
-    p.add_argument("--split", default="test", choices=("train", "test"))
+    p.add_argument("--split", default=split, choices=("train", "test"), help=split_help)
     p.add_argument("--skip", type=int, default=1, help="take every skip-th example")
     p.add_argument("--max", type=int, dest="max_count", help="at most this many examples")
-    p.add_argument("--seed", type=int, default=0, help="run seed; example idx uses (seed, idx)")
+    p.add_argument("--seed", type=int, default=0, help=seed_help)
+
+
+def _dataset_run_args(p) -> None:
+    """Which examples, the seed, the record file and the shard: every runner command's flags."""
+    _example_args(p, "test", "the split whose examples are run",
+                  "run seed; example idx uses (seed, idx)")
     p.add_argument("--out", required=True, help="record file (TSV); a manifest goes beside it")
     p.add_argument("--num-shards", type=int, help="default: WORLD_SIZE or SLURM array size")
     p.add_argument("--shard-index", type=int, help="default: RANK or SLURM array task id")
@@ -314,9 +433,9 @@ def _certifier_options(args) -> dict:
 
 def _run_task(task: str, args, options: dict | None = None) -> None:
     """Load the checkpoint's dataset split and hand everything to ``certify_dataset``."""
-    from .certifiers import certify_dataset
     from .distributed import rank_device
     from .models.checkpoint import load_checkpoint
+    from .runs import certify_dataset
     from .runs.records import shard_path
 
     meta = load_checkpoint(args.checkpoint).meta
@@ -326,6 +445,7 @@ def _run_task(task: str, args, options: dict | None = None) -> None:
         args.checkpoint,
         dataset,
         sigma=args.sigma,
+        noise=args.noise,
         n0=getattr(args, "n0", 100),  # predict and attack have no selection draws
         n=args.n,
         alpha=args.alpha,
@@ -409,7 +529,7 @@ def _attack_args(p):
                    help=f"DDN's norm change per step (default {d.ddn_gamma})")
     p.add_argument("--ddn-init-norm", type=float, default=d.ddn_init_norm,
                    help=f"DDN's first norm (default {d.ddn_init_norm})")
-    p.add_argument("--sigma", type=float, help="noise level (default: the checkpoint's)")
+    _noise_args(p)
     _monte_carlo_args(p, "PREDICT's draws at the clean and attacked inputs (default 100000)")
     _dataset_run_args(p)
 
@@ -424,30 +544,23 @@ def cmd_attack(args):
 
     from .runs.attack import AttackSettings
 
-    settings = AttackSettings(
-        attack=args.attack,
-        epsilon=args.epsilon if args.epsilon is not None else AttackSettings.epsilon,
-        min_distance=args.min_distance,
-        max_epsilon=args.max_epsilon,
-        epsilon_step=args.epsilon_step,
-        steps=args.steps,
-        noise_draws=args.noise_draws,
-        fresh_noise=args.fresh_noise,
-        ddn_gamma=args.ddn_gamma,
-        ddn_init_norm=args.ddn_init_norm,
-    )  # validated here, before any file is written
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(AttackSettings)}
+    if given["epsilon"] is None:  # --min-distance: the budget grid, not ε
+        given["epsilon"] = AttackSettings.epsilon
+    settings = AttackSettings(**given)  # validated here, before any file is written
     _run_task("attack", args, options=dataclasses.asdict(settings))
 
 
 # --------------------------------------------------------------------------- analyze
-ANALYSES: dict[str, tuple[str, Callable, Callable]] = {}
+ANALYSES: Registry = Registry("analysis")
+"""``analyze`` analysis name -> :class:`Command`."""
 
 
 def _analyze_args(p):
     sub = p.add_subparsers(dest="analysis", metavar="ANALYSIS", parser_class=_Parser)
     sub.required = True
-    for name, (help_text, add_arguments, _) in ANALYSES.items():
-        add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    for name, analysis in ANALYSES.items():
+        analysis.add_arguments(sub.add_parser(name, help=analysis.help, description=analysis.help))
 
 
 def _grad_norms_args(p):
@@ -462,26 +575,22 @@ def _grad_norms_args(p):
     p.add_argument("--n", type=int, default=100,
                    help="noisy draws per example for p̂_A (default 100, Sun et al.'s)")
     p.add_argument("--batch", type=int, default=1000, help="noisy inputs per forward pass")
-    p.add_argument("--dataset", help="dataset (default: the checkpoint's)")
-    p.add_argument("--split", default="train", choices=("train", "test"),
-                   help="examples to measure (default: train, the data the loss weighs)")
-    p.add_argument("--skip", type=int, default=1, help="take every skip-th example")
-    p.add_argument("--max", type=int, dest="max_count", help="at most this many examples")
-    p.add_argument("--seed", type=int, default=0, help="example idx draws from (seed, idx)")
+    _example_args(p, "train", "examples to measure (default: train, the data the loss weighs)",
+                  "example idx draws from (seed, idx)")
     p.add_argument("--format", default="md", choices=sorted(FORMATS), help="table format")
     _add_common(p)
 
 
-ANALYSES["grad-norms"] = (
+ANALYSES.register("grad-norms")(Command(
     "mean ‖∇θ loss‖ of easy (p̂_A > ½) vs hard (p̂_A < ½) examples (Sun et al. 2024, Table 1)",
     _grad_norms_args,
     lambda args: _grad_norms(args),
-)
+))
 
 
 @command("analyze", "analyses of a checkpoint: grad-norms", _analyze_args)
 def cmd_analyze(args):
-    ANALYSES[args.analysis][2](args)
+    ANALYSES[args.analysis].run(args)
 
 
 def _grad_norms(args) -> None:
@@ -490,21 +599,10 @@ def _grad_norms(args) -> None:
 
     formatter = get_format(args.format)
     result = checkpoint_grad_norms(
-        args.checkpoint,
-        args.method,
-        _parse_params(args.param),
-        sigma=args.sigma,
-        n=args.n,
-        batch_size=args.batch,
-        dataset=args.dataset,
-        split=args.split,
-        skip=args.skip,
-        max_count=args.max_count,
-        seed=args.seed,
-        device=resolve_device(args.device),
-        data_root=args.data_root,
-        progress=not args.no_progress,
-    )
+        args.checkpoint, args.method, _parse_params(args.param), sigma=args.sigma, n=args.n,
+        batch_size=args.batch, dataset=args.dataset, split=args.split, skip=args.skip,
+        max_count=args.max_count, seed=args.seed, device=resolve_device(args.device),
+        data_root=args.data_root, progress=not args.no_progress)
     print(formatter(easy_hard_table(easy_hard(result))), end="")
 
 

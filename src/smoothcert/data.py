@@ -58,6 +58,7 @@ class DatasetSpec:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     augmentation: str
+    """The training augmentation: a name in :data:`AUGMENTATIONS`."""
     loader: Loader | None
     # Streamed image folders (``image_folders.py``): ``opener(spec, split, data_root,
     # image_size)`` scans the folder and returns a FolderDataset; ``loader`` is then None and

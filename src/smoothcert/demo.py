@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .certifiers import RunConfig, run_dataset
+from .io import file_sha256
 from .metrics import parse_radii
 from .report import report
-from .runs.runner import file_sha256
+from .runs import RunConfig, run_dataset
 from .training import TrainConfig, train
 
 SIGMA = 0.25

@@ -20,28 +20,52 @@ def unknown_name(kind: str, name: str, known: Iterable[str]) -> SmoothcertError:
     return SmoothcertError(f"unknown {kind} {name!r}; known: {', '.join(sorted(known))}")
 
 
+def _is_number(value) -> bool:
+    """An int or float that is not a bool: ``True`` must not pass as 1."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_positive_finite(name: str, value: float) -> float:
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    """A finite number > 0 (a σ, a learning rate, a step size)."""
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
         raise SmoothcertError(f"{name} must be a positive finite number, got {value!r}")
     return float(value)
 
 
 def check_nonnegative(name: str, value: float) -> float:
     """A finite number ≥ 0 (a weight such as λ or γ that may switch a term off)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value < 0:
+    if not _is_number(value) or not math.isfinite(value) or value < 0:
         raise SmoothcertError(f"{name} must be a finite number >= 0, got {value!r}")
     return float(value)
 
 
 def check_probability(name: str, value: float) -> float:
     """A level such as α: strictly inside (0, 1)."""
-    if not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
+    if not _is_number(value) or not 0.0 < value < 1.0:
         raise SmoothcertError(f"{name} must lie strictly between 0 and 1, got {value!r}")
     return float(value)
 
 
+def check_in_range(name: str, value: float, low: float, high: float,
+                   include_high: bool = True) -> float:
+    """A number in [low, high], or in [low, high) without ``include_high`` (NaN is refused)."""
+    inside = _is_number(value) and low <= value and (value <= high if include_high else
+                                                      value < high)
+    if not inside:
+        interval = f"[{low}, {high}{']' if include_high else ')'}"
+        raise SmoothcertError(f"{name} must be a number in {interval}, got {value!r}")
+    return float(value)
+
+
 def check_count(name: str, value: int, minimum: int = 1) -> int:
+    """An int (not a bool) ≥ ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise SmoothcertError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def check_bool(name: str, value: bool) -> bool:
+    """True or False, nothing that merely converts to one (1, "yes")."""
+    if not isinstance(value, bool):
+        raise SmoothcertError(f"{name} must be true or false, got {value!r}")
     return value

@@ -9,17 +9,16 @@ Every fraction is over *all* examples of the file, abstentions included.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import SmoothcertError
+from .radii import MAX_RADII, parse_radii  # noqa: F401  (one grammar, re-exported)
 from .runs.records import Records
 
 ABSTAIN = -1  # the ``predict`` value of an abstention, as in Cohen et al.'s files
-MAX_RADII = 10_000  # a radius grid longer than this is a typo, not a table
 
 
 # --------------------------------------------------------------------------- per-example columns
@@ -195,55 +194,6 @@ def _certified_by_idx(records: Records, radii: tuple) -> dict:
         raise SmoothcertError(f"{records.path} repeats an idx; merge shards with "
                               "`smoothcert merge`")
     return by_idx
-
-
-# --------------------------------------------------------------------------- radius grids
-def parse_radii(text: str) -> tuple[float, ...]:
-    """Radii from ``"start:stop:step"`` (stop included, within rounding) or ``"0,0.5,1"``.
-
-    Grid points are ``round(start + i·step, 10)``, so ``"0:0.5:0.1"`` gives exactly
-    0, 0.1, 0.2, 0.3, 0.4, 0.5 (no accumulated floating-point error). Radii must be finite,
-    non-negative and distinct; anything else raises SmoothcertError.
-    """
-    text = str(text).strip()
-    if not text:
-        raise SmoothcertError("radii are empty; give 'start:stop:step' (e.g. 0:1:0.25) or '0,1'")
-    radii = _parse_range(text) if ":" in text else tuple(_number(p, text) for p in text.split(","))
-    _check_radii(radii, text)
-    return radii
-
-
-def _parse_range(text: str) -> tuple[float, ...]:
-    parts = text.split(":")
-    if len(parts) != 3:
-        raise SmoothcertError(f"radii {text!r}: a range needs exactly 'start:stop:step'")
-    start, stop, step = (_number(p, text) for p in parts)
-    if step <= 0:
-        raise SmoothcertError(f"radii {text!r}: step must be positive, got {step!r}")
-    if stop < start:
-        raise SmoothcertError(f"radii {text!r}: stop {stop!r} is below start {start!r}")
-    count = math.floor((stop - start) / step + 1e-9) + 1  # 1e-9: stop counts despite rounding
-    if count > MAX_RADII:
-        raise SmoothcertError(f"radii {text!r} give {count} radii; at most {MAX_RADII} allowed")
-    return tuple(round(start + i * step, 10) for i in range(count))
-
-
-def _number(part: str, text: str) -> float:
-    try:
-        value = float(part)
-    except ValueError:
-        raise SmoothcertError(f"radii {text!r}: {part.strip()!r} is not a number") from None
-    if not math.isfinite(value):
-        raise SmoothcertError(f"radii {text!r}: {part.strip()!r} is not a finite number")
-    return value
-
-
-def _check_radii(radii: tuple[float, ...], text: str) -> None:
-    negative = [r for r in radii if r < 0]
-    if negative:
-        raise SmoothcertError(f"radii {text!r}: a radius cannot be negative, got {negative[0]!r}")
-    if len(set(radii)) != len(radii):
-        raise SmoothcertError(f"radii {text!r}: each radius may appear only once")
 
 
 # --------------------------------------------------------------------------- σ-envelope

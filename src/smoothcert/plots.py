@@ -7,14 +7,13 @@ figure is left registered in global state.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from .errors import SmoothcertError, check_positive_finite
+from .io import atomic_write
 from .metrics import attack_curve, certified_accuracy_curve, envelope_curve, pa_ecdf
 from .runs.records import Records
 
@@ -137,13 +136,9 @@ def _save_atomic(fig, path: Path) -> Path:
     if not parent.is_dir():
         raise SmoothcertError(f"plot directory {parent} does not exist; create it first")
     fmt = path.suffix[1:].lower() or "png"
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
     try:
-        fig.savefig(tmp, format=fmt, dpi=150)
-        os.replace(tmp, path)
+        with atomic_write(path, binary=True) as f:
+            fig.savefig(f, format=fmt, dpi=150)
     except ValueError as e:  # matplotlib: "Format 'xyz' is not supported"
         raise SmoothcertError(f"cannot write plot {path}: {e}") from e
-    finally:
-        Path(tmp).unlink(missing_ok=True)
     return path

@@ -31,6 +31,7 @@ import numpy as np
 import yaml
 
 from .errors import SmoothcertError
+from .io import read_tsv, write_text_atomic
 from .metrics import (
     Agreement,
     AttackSummary,
@@ -44,7 +45,7 @@ from .metrics import (
     summarize_attack,
 )
 from .registry import Registry
-from .runs.records import distinct_labels, read_manifest, read_records, write_text_atomic
+from .runs.records import distinct_labels, read_manifest, read_records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -395,10 +396,10 @@ def _run_method(run_dir: Path) -> tuple[str, dict, int | None]:
 def _read_log(path: Path) -> dict:
     """The columns of a training log.tsv (it has the record-file layout, keyed by ``epoch``)."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_tsv(path)  # complete lines: not a row being written
     except OSError as e:
         raise SmoothcertError(f"cannot read training log {path}: {e.strerror}") from e
-    header, rows = lines[0].split("\t"), [line.split("\t") for line in lines[1:] if line]
+    header, rows = lines[0] if lines else [], [row for row in lines[1:] if row != [""]]
     if not rows:
         raise SmoothcertError(f"training log {path} has no completed epoch")
     return {k: np.array([float(r[i]) for r in rows]) for i, k in enumerate(header)}

@@ -219,12 +219,15 @@ class _Scheduler:
     def _advance(self, answers) -> Iterator[Finished]:
         """Send each stream its counts (None to start it); start its next request or finish it."""
         for stream, counts in answers:
+            started = time.perf_counter()
             try:
                 request = stream.program.send(counts)
             except StopIteration as stop:
+                self._own_time(stream, started)
                 self.active.remove(stream)
                 yield Finished(stream.key, stop.value, stream.seconds)
                 continue
+            self._own_time(stream, started)
             self._start(stream, request)
         if any(s.undrawn == 0 and s.request is not None for s in self.active):
             yield from self._complete()  # requests of zero draws
@@ -317,6 +320,13 @@ class _Scheduler:
             self.free_cells.extend(stream.cells)
             stream.request, stream.cells, start = None, [], start + k
         yield from self._advance(answers)
+
+    def _own_time(self, stream: _Stream, started: float) -> None:
+        """The time a program spent in its own code (e.g. OptimizeSigma, an attack's gradient
+        steps) is its own: it is added to its seconds and left out of the shared forward time."""
+        spent = time.perf_counter() - started
+        stream.seconds += spent
+        self.clock += spent
 
     def _account_time(self) -> None:
         now = time.perf_counter()

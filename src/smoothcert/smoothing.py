@@ -114,6 +114,26 @@ class Smoothed:
             c_hat, self.noise.radius(p_lower), p_lower, False, n_a, n0, n, alpha, sigma
         )
 
+    def with_noise(self, noise) -> Smoothed:
+        """The same base model and engine smoothed with another noise (e.g. at a σ per input)."""
+        return Smoothed(self.model, noise, self.num_classes, self.engine)
+
+    def votes_program(self, x, n: int, generator=None):
+        """The counts (num_classes,) int64 array of argmax f(x + δ) over n draws, as an engine
+        program (what a certifier with its own class selection needs)."""
+        check_count("n", n)
+        (counts,) = yield Draws(self.prepare_input(x, generator), self.noise, (n,), generator)
+        return counts
+
+    def soft_scores(self, x, n: int, batch_size: int, generator=None) -> torch.Tensor:
+        """(1/n)·Σ_i softmax f(x + δ_i), float64 (num_classes,) on the model's device: the Monte
+        Carlo estimate of the soft smoothed classifier E[softmax f(x + δ)] (Salman et al. 2019);
+        see ``sampling.BatchedVotes.soft_scores``."""
+        x = self.prepare_input(x, generator)
+        with eval_mode(self.model):
+            return self.engine.soft_scores(self.model, x, self.noise, n, self.num_classes,
+                                           batch_size, generator)
+
     def run(self, programs, batch_size: int):
         """Drive many ``(key, program)`` pairs through the engine, batches filled across inputs;
         yields ``sampling.Finished`` as programs end."""

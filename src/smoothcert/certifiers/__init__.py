@@ -1,30 +1,30 @@
-"""Dataset certification runners: one per-example record per input, resumable and sharded.
+"""Certifiers, one module per algorithm; importing this package registers them all.
 
-Every module of this package is imported here, so a new certifier only needs its own file that
-calls :func:`register_task`.
+Every module of this package is imported here, so a new certifier only needs its own file with a
+``@register_certifier`` class (see ``base.py``).
 """
 
 from ..registry import import_submodules
-from ..runs.runner import (
-    TASKS,
-    RunConfig,
+from .certifier import (
+    CERTIFIERS,
+    CERTIFY_COLUMNS,
+    LEGACY_NAMES,
+    Certifier,
     RunContext,
-    Task,
+    build_certifier,
     certificate_row,
-    certify_dataset,
-    register_task,
-    run_dataset,
+    register_certifier,
 )
 
-import_submodules(__name__, __path__, skip=("runner", "inputs"))
+import_submodules(__name__, __path__, skip=("certifier",))
 
 __all__ = [
-    "TASKS",
-    "RunConfig",
+    "CERTIFIERS",
+    "CERTIFY_COLUMNS",
+    "LEGACY_NAMES",
+    "Certifier",
     "RunContext",
-    "Task",
+    "build_certifier",
     "certificate_row",
-    "certify_dataset",
-    "register_task",
-    "run_dataset",
+    "register_certifier",
 ]

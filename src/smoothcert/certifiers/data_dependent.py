@@ -1,11 +1,12 @@
-"""Certifiers for data-dependent smoothing (Alfarra et al.) and uniform noise (Yang et al. 2020).
+"""The data-dependent certifier (Alfarra et al., "Data Dependent Randomized Smoothing") and the
+memory of its Algorithm 3.
 
-* ``uniform``: Cohen et al.'s CERTIFY with U[−λ, λ]^d noise, λ = √3·σ (σ = ``--sigma``, the
-  standard deviation); the radius is the L1 radius 2λ·(p_lower − ½).
-* ``data-dependent``: per input, σ_x = OptimizeSigma(x) started at the run's σ (the training
-  σ), then CERTIFY with N(0, σ_x²I); with ``memory`` (default) the certificate is passed through
-  the memory of Algorithm 3, which makes it a sound certificate of the data-dependent
-  classifier. ``data-dependent-uniform`` is the same with uniform noise and L1 balls.
+``data-dependent``: per input, σ_x = OptimizeSigma(x) started at the run's σ (the training σ;
+Algorithm 1, :mod:`smoothcert.sigma_optimization`), then CERTIFY with N(0, σ_x²I); with
+``memory`` (default) the certificate is passed through the memory of Algorithm 3
+(:class:`Memory`), which makes it a sound certificate of the data-dependent classifier. With
+``--noise uniform`` (formerly the certifier ``data-dependent-uniform``) the same with uniform
+noise and L1 balls.
 
 Guarantee. σ_x is computed from draws of the example's generator that precede, and are
 independent of, CERTIFY's selection and estimation draws; so, per example, with probability
@@ -33,7 +34,6 @@ sound for the data-dependent classifier as a whole, see :class:`Memory`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,9 +41,8 @@ import torch
 
 from .. import sigma_optimization as dd
 from ..errors import SmoothcertError
-from ..noise import NOISES, Uniform
-from ..runs.runner import CERTIFY_COLUMNS, RunContext, Task, certificate_row, register_task
-from ..smoothing import Smoothed
+from ..noise import NOISES
+from .certifier import CERTIFY_COLUMNS, Certifier, certificate_row, register_certifier
 
 
 @dataclass(frozen=True)
@@ -209,58 +208,57 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
 
 DD_COLUMNS = CERTIFY_COLUMNS[:-1] + ("predict_mc", "radius_mc", "adjusted", "seed")
 
-DD_OPTIONS = {
-    "num_steps": dd.NUM_STEPS,  # K; source: sigma_optimization.NUM_STEPS
-    "step_size": dd.STEP_SIZE,  # α_σ; source: sigma_optimization.STEP_SIZE
-    "num_samples": dd.NUM_SAMPLES,  # n per step; sigma_optimization.NUM_SAMPLES
-    "memory": True,  # Algorithm 3: the paper certifies every DS result with it
-}
+
+@register_certifier("data-dependent")
+class DataDependent(Certifier):
+    """Alfarra et al.'s certification with a σ per input (this module's doc): σ_x from
+    OptimizeSigma (Algorithm 1: ``num_steps`` steps of ``step_size`` with ``num_samples`` draws
+    each, from the run's σ), CERTIFY at σ_x with the run's noise, then, with ``memory``, the
+    memory classifier of Algorithm 3."""
+
+    columns = DD_COLUMNS
+    needs_n0 = True
+    noises = ("gaussian", "uniform")
+
+    def __init__(self, *, num_steps: int = dd.NUM_STEPS, step_size: float = dd.STEP_SIZE,
+                 num_samples: int = dd.NUM_SAMPLES, memory: bool = True):
+        # defaults: the authors' (sigma_optimization.NUM_STEPS, STEP_SIZE, NUM_SAMPLES); the paper
+        # certifies every DS result with the memory
+        self.num_steps, self.step_size = num_steps, step_size
+        self.num_samples, self.memory = num_samples, memory
+
+    def shardable(self) -> bool:
+        """The memory needs one global order over all inputs: only memory-free runs shard."""
+        return not self.memory
+
+    def start(self, run):
+        norm = NOISES[run.config.noise].norm
+        self._memory = _rebuilt_memory(run, norm) if self.memory else None
+
+    def program(self, run, x, label, idx, generator):
+        cfg, base = run.config, run.smoothed
+        # Algorithm 1: σ_x from the run's σ, with this example's generator (it runs when the
+        # engine starts this program, before any of its CERTIFY draws)
+        sigma_x = dd.optimize_sigma(
+            base.model, x.unsqueeze(0), cfg.sigma, num_steps=self.num_steps,
+            step_size=self.step_size, num_samples=self.num_samples, generator=generator,
+            noise=cfg.noise)
+        # CERTIFY at σ_x, on fresh draws of the same generator, batched with other inputs'
+        smoothed = base.with_noise(NOISES[cfg.noise](float(sigma_x[0])))
+        c = yield from smoothed.certify_program(x, cfg.n0, cfg.n, cfg.alpha, generator)
+        row = certificate_row(c, label)
+        mc = {"predict_mc": row["predict"], "radius_mc": row["radius"], "adjusted": 0}
+        if self._memory is None:
+            return {**row, **mc}
+        # Algorithm 3: the memory classifier's answer, in the order the certificates are
+        # issued (= the order of the record file, which a resumed run replays)
+        m = self._memory.certify(x, None if c.abstained else c.prediction, c.radius)
+        predict = -1 if m.prediction is None else m.prediction
+        return {**row, **mc, "predict": predict, "radius": m.radius,
+                "correct": int(predict == label), "adjusted": int(m.adjusted)}
 
 
-def _uniform(run: RunContext) -> Callable:
-    cfg, base = run.config, run.smoothed
-    smoothed = Smoothed(base.model, Uniform(cfg.sigma), base.num_classes, base.engine)
-
-    def program(x, label, idx, gen):
-        c = yield from smoothed.certify_program(x, cfg.n0, cfg.n, cfg.alpha, gen)
-        return certificate_row(c, label)
-
-    return program
-
-
-def _data_dependent(noise: str) -> Callable[[RunContext], Callable]:
-    def make(run: RunContext) -> Callable:
-        cfg, base, opts = run.config, run.smoothed, run.config.options
-        memory = _rebuilt_memory(run, NOISES[noise].norm) if opts["memory"] else None
-
-        def program(x, label, idx, gen):
-            # Algorithm 1: σ_x from the run's σ, with this example's generator (it runs when the
-            # engine starts this program, before any of its CERTIFY draws)
-            sigma_x = dd.optimize_sigma(
-                base.model, x.unsqueeze(0), cfg.sigma, num_steps=opts["num_steps"],
-                step_size=opts["step_size"], num_samples=opts["num_samples"], generator=gen,
-                noise=noise)
-            # CERTIFY at σ_x, on fresh draws of the same generator, batched with other inputs'
-            smoothed = Smoothed(base.model, NOISES[noise](float(sigma_x[0])), base.num_classes,
-                                base.engine)
-            c = yield from smoothed.certify_program(x, cfg.n0, cfg.n, cfg.alpha, gen)
-            row = certificate_row(c, label)
-            mc = {"predict_mc": row["predict"], "radius_mc": row["radius"], "adjusted": 0}
-            if memory is None:
-                return {**row, **mc}
-            # Algorithm 3: the memory classifier's answer, in the order the certificates are
-            # issued (= the order of the record file, which a resumed run replays)
-            m = memory.certify(x, None if c.abstained else c.prediction, c.radius)
-            predict = -1 if m.prediction is None else m.prediction
-            return {**row, **mc, "predict": predict, "radius": m.radius,
-                    "correct": int(predict == label), "adjusted": int(m.adjusted)}
-
-        return program
-
-    return make
-
-
-def _rebuilt_memory(run: RunContext, norm: str) -> Memory:
+def _rebuilt_memory(run, norm: str) -> Memory:
     """The memory of the rows already written, inserted in file order (see the module doc)."""
     done = run.done
     memory = Memory(norm)
@@ -268,17 +266,3 @@ def _rebuilt_memory(run: RunContext, norm: str) -> Memory:
         if predict >= 0:
             memory.add(run.dataset.example(int(idx))[0], int(predict), float(radius))
     return memory
-
-
-def _without_memory(options: dict) -> bool:
-    """The memory needs one global order over all inputs: only memory-free runs shard."""
-    return not options["memory"]
-
-
-register_task("uniform", Task(CERTIFY_COLUMNS, _uniform, needs_n0=True, batched=True))
-register_task("data-dependent", Task(
-    DD_COLUMNS, _data_dependent("gaussian"), needs_n0=True, options=dict(DD_OPTIONS),
-    shardable=_without_memory, batched=True))
-register_task("data-dependent-uniform", Task(
-    DD_COLUMNS, _data_dependent("uniform"), needs_n0=True, options=dict(DD_OPTIONS),
-    shardable=_without_memory, batched=True))

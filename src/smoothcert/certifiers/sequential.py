@@ -23,17 +23,17 @@ ended: all / n_max / unreachable / futile).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import norm
 
-from ..errors import SmoothcertError, check_count, check_probability
-from ..runs.runner import CERTIFY_COLUMNS, RunConfig, RunContext, Task, register_task
+from .. import radii
+from ..errors import check_count, check_probability
 from ..sampling import Draws
 from ..smoothing import Smoothed
 from ..stats.sequential_tests import SEQUENTIAL_TESTS, SequentialTest, certify_levels, grid
+from .certifier import CERTIFY_COLUMNS, Certifier, register_certifier
 
 RADIUS_STEP = 0.25  # spacing of the default grid, as in Cohen et al.'s and Jeong & Shin's tables
 
@@ -107,42 +107,42 @@ def default_radii(sigma: float, alpha: float, n_max: int) -> np.ndarray:
 
 
 def parse_radii(text: str, sigma: float, alpha: float, n_max: int) -> np.ndarray:
-    """``"auto"`` (:func:`default_radii`) or comma-separated radii such as ``0,0.25,0.5``."""
+    """``"auto"`` (:func:`default_radii`) or radii in the grammar of :mod:`smoothcert.radii`
+    (e.g. ``0,0.25,0.5`` or ``0:1:0.25``); 0 is always part of the grid."""
     if text == "auto":
         return default_radii(sigma, alpha, n_max)
-    try:
-        radii = [float(r) for r in str(text).split(",")]
-    except ValueError:
-        raise SmoothcertError(
-            f"radii must be 'auto' or comma-separated numbers, got {text!r}") from None
-    return grid(radii, sigma)[0]
+    return grid(radii.parse_radii(text), sigma)[0]
 
 
 SEQUENTIAL_COLUMNS = CERTIFY_COLUMNS[:-1] + ("n_max", "p_upper", "stopped", "seed")
-OPTIONS = {"radii": "auto", "test": "union"}
 
 
-def _validate(options: dict) -> None:
-    SEQUENTIAL_TESTS[options["test"]]
-    parse_radii(options["radii"], 1.0, 0.5, 2)
+@register_certifier("sequential")
+class Sequential(Certifier):
+    """Sequential certification at a grid of radii (this module's doc): ``radii`` is ``auto`` or
+    a grid (``--radii``), ``test`` the sequential test (:data:`SEQUENTIAL_TESTS`); the run's
+    ``n`` is n_max. Gaussian noise only: the grid's thresholds are Φ(r/σ)."""
 
+    columns = SEQUENTIAL_COLUMNS
+    needs_n0 = True
+    noises = ("gaussian",)
 
-def _sequential(run: RunContext) -> Callable:
-    cfg: RunConfig = run.config
-    radii = parse_radii(cfg.options["radii"], cfg.sigma, cfg.alpha, cfg.n)
-    test = SEQUENTIAL_TESTS[cfg.options["test"]]()
+    def __init__(self, *, radii: str = "auto", test: str = "union"):
+        SEQUENTIAL_TESTS[test]  # an unknown name raises with the list of known ones
+        parse_radii(radii, 1.0, 0.5, 2)
+        self.radii, self.test = radii, test
 
-    def program(x, label, idx, gen):
-        c = yield from sequential_program(run.smoothed, x, cfg.n0, radii, cfg.alpha, cfg.n, gen,
-                                          test)
+    def start(self, run):
+        cfg = run.config
+        self._grid = parse_radii(self.radii, cfg.sigma, cfg.alpha, cfg.n)
+        self._test = SEQUENTIAL_TESTS[self.test]()
+
+    def program(self, run, x, label, idx, generator):
+        cfg = run.config
+        c = yield from sequential_program(run.smoothed, x, cfg.n0, self._grid, cfg.alpha, cfg.n,
+                                          generator, self._test)
         predict = -1 if c.abstained else c.prediction
         return {"predict": predict, "radius": c.radius, "correct": int(predict == label),
                 "p_lower": c.p_lower, "nA": c.count, "n0": c.n0, "n": c.draws,
                 "alpha": c.alpha, "sigma": c.sigma, "n_max": c.n_max, "p_upper": c.p_upper,
                 "stopped": c.stopped}
-
-    return program
-
-
-register_task("sequential", Task(SEQUENTIAL_COLUMNS, _sequential, needs_n0=True,
-                                 options=OPTIONS, validate=_validate, batched=True))

@@ -10,11 +10,5 @@ from .gaussian import GaussianAugmentation
 
 import_submodules(__name__, __path__, skip=("base",))
 
-__all__ = [
-    "METHODS",
-    "EpochContext",
-    "GaussianAugmentation",
-    "TrainingMethod",
-    "build_method",
-    "register_method",
-]
+__all__ = ["METHODS", "EpochContext", "GaussianAugmentation", "TrainingMethod", "build_method",
+           "register_method"]

@@ -9,7 +9,6 @@ which method produced it. Hyperparameters are keyword-only constructor arguments
 from __future__ import annotations
 
 import abc
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import SmoothcertError
-from ..registry import Registry
+from ..registry import Registry, keyword_defaults
+from ..tensors import copies
 
 METHODS: Registry = Registry("method")
 
@@ -39,19 +38,7 @@ def build_method(name: str, **hparams: Any) -> TrainingMethod:
     Raises :class:`SmoothcertError` for an unknown name, an unknown hyperparameter or an invalid
     value, naming the valid choices.
     """
-    cls = METHODS[name]
-    valid = cls.hparam_names()
-    unknown = sorted(set(hparams) - set(valid))
-    if unknown:
-        raise SmoothcertError(
-            f"unknown hyperparameter(s) {', '.join(unknown)} for method {name!r}; "
-            f"valid: {', '.join(valid) or '(none)'}"
-        )
-    try:
-        return cls(**hparams)
-    except SmoothcertError as err:
-        hint = f"hyperparameters: {', '.join(valid)}"
-        raise SmoothcertError(f"method {name!r}: {err} ({hint})") from None
+    return METHODS.build(name, "hyperparameter", **hparams)
 
 
 @dataclass(frozen=True)
@@ -88,6 +75,10 @@ class TrainingMethod(abc.ABC):
 
     name: str = ""
 
+    noises: tuple | None = None
+    """The noise names (``smoothcert.noise.NOISES``) the loss is written for; None: any noise.
+    The training configuration refuses the others."""
+
     supports_per_sample_sigma: bool = False
     """True if :meth:`loss` trains each example at its own σ when ``noise.sigma`` is a (B,)
     tensor (data-dependent training, Alfarra et al. Alg. 2): the trainer refuses
@@ -96,8 +87,7 @@ class TrainingMethod(abc.ABC):
     @classmethod
     def hparam_names(cls) -> list[str]:
         """The keyword-only constructor arguments, in declaration order."""
-        params = inspect.signature(cls.__init__).parameters.values()
-        return [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        return list(keyword_defaults(cls))
 
     def hparams(self) -> dict[str, Any]:
         """Hyperparameters as plain Python values (stored in checkpoints and configs)."""
@@ -172,4 +162,4 @@ def noise_for_copies(noise, m: int):
     sigma = noise.sigma
     if not isinstance(sigma, torch.Tensor) or sigma.numel() == 1 or m == 1:
         return noise
-    return type(noise)(sigma.repeat(m))
+    return type(noise)(copies(sigma, m))

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import SmoothcertError, check_count, check_nonnegative
+from ..tensors import copies
 from .base import TrainingMethod, noise_for_copies, register_method
 
 VARIANTS = ("default", "mse", "kl", "xent")
@@ -115,14 +116,8 @@ class ConsistencyRegularization(TrainingMethod):
 
     supports_per_sample_sigma = True
 
-    def __init__(
-        self,
-        *,
-        num_noise: int = 2,
-        lbd: float = 10.0,
-        eta: float = 0.5,
-        variant: str = "default",
-    ):
+    def __init__(self, *, num_noise: int = 2, lbd: float = 10.0, eta: float = 0.5,
+                 variant: str = "default"):
         self.num_noise = check_count("num_noise", num_noise, minimum=2)  # m: noise copies
         self.lbd = check_nonnegative("lbd", lbd)  # λ: weight of the KL (or MSE) term
         self.eta = check_nonnegative("eta", eta)  # η: weight of H(p̄), "default" only
@@ -130,9 +125,9 @@ class ConsistencyRegularization(TrainingMethod):
 
     def loss(self, model, x, y, noise, generator):
         m, b = self.num_noise, x.shape[0]
-        x_rep = x.repeat((m,) + (1,) * (x.dim() - 1))  # (m·B, C, H, W), copy-major
+        x_rep = copies(x, m)  # (m·B, C, H, W), copy-major
         logits = model(x_rep + noise_for_copies(noise, m).sample(x_rep, generator))
-        ce = F.cross_entropy(logits, y.repeat(m))  # = (1/m) Σ_j CE_j, each a batch mean
+        ce = F.cross_entropy(logits, copies(y, m))  # = (1/m) Σ_j CE_j, each a batch mean
         draws = logits.view(m, b, -1)  # (m, B, C), one row of draws per noise copy
         reg, h = _regularizer(draws, self.lbd, self.eta, self.variant)
         return {

@@ -8,9 +8,15 @@ import torch.nn.functional as F
 from scipy.stats import norm
 from torch import nn
 
-from ..errors import SmoothcertError, check_count, check_positive_finite
+from ..errors import (
+    SmoothcertError,
+    check_bool,
+    check_count,
+    check_in_range,
+    check_positive_finite,
+)
 from ..stats import clopper_pearson_lower
-from ..tensors import eval_mode
+from ..tensors import copies, eval_mode
 from .base import TrainingMethod, register_method
 
 # Fixed by the paper ("All other parameters are fixed to their default values", App. A.1; §5.2):
@@ -72,6 +78,8 @@ class EasyFocus(TrainingMethod):
     Logged: ``ce`` and ``kept_fraction`` (kept examples / training-set size; 1 before discarding).
     """
 
+    noises = ("gaussian",)  # its p̂A threshold, radius weights and sphere attack are Gaussian
+
     def __init__(
         self,
         *,
@@ -85,11 +93,11 @@ class EasyFocus(TrainingMethod):
         attack_step_size: float = 0.25,
     ):
         self.num_noise = check_count("num_noise", num_noise)  # m
-        self.discard = _check_bool("discard", discard)
-        self.reweigh = _check_bool("reweigh", reweigh)
-        self.attack = _check_bool("attack", attack)
+        self.discard = check_bool("discard", discard)
+        self.reweigh = check_bool("reweigh", reweigh)
+        self.attack = check_bool("attack", attack)
         self.discard_epoch = check_count("discard_epoch", discard_epoch, minimum=0)  # E_t
-        self.discard_threshold = _check_fraction("discard_threshold", discard_threshold)  # p_t
+        self.discard_threshold = check_in_range("discard_threshold", discard_threshold, 0, 1)  # p_t
         self.attack_steps = check_count("attack_steps", attack_steps)  # T
         self.attack_step_size = check_positive_finite("attack_step_size", attack_step_size)  # ε
         self.kept: torch.Tensor | None = None  # (K,) int64 dataset indices; None: all
@@ -124,8 +132,8 @@ class EasyFocus(TrainingMethod):
 
     def loss(self, model, x, y, noise, generator):
         m = self.num_noise
-        x_rep = x.repeat((m,) + (1,) * (x.dim() - 1))  # (m·B, C, H, W), copy-major
-        y_rep = y.repeat(m)
+        x_rep = copies(x, m)  # (m·B, C, H, W), copy-major
+        y_rep = copies(y, m)
         delta = noise.sample(x_rep, generator)
         if self._attack_active:
             with eval_mode(model):
@@ -206,7 +214,7 @@ def noisy_correct_counts(
     with eval_mode(model), torch.inference_mode():
         for part in indices.split(chunk):
             x, y = data.batch(part)
-            x_rep = x.repeat((num_draws,) + (1,) * (x.dim() - 1))
+            x_rep = copies(x, num_draws)
             pred = model(noise.perturb(x_rep, generator)).argmax(dim=1).view(num_draws, -1)
             counts.append((pred == y).sum(dim=0))
     return torch.cat(counts) if counts else torch.zeros(0, dtype=torch.long)
@@ -251,14 +259,3 @@ def _generator(context) -> torch.Generator:
     return context.generator
 
 
-def _check_bool(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise SmoothcertError(f"{name} must be true or false, got {value!r}")
-    return value
-
-
-def _check_fraction(name: str, value) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not 0.0 <= value <= 1.0:
-        raise SmoothcertError(f"{name} must be a number in [0, 1], got {value!r}")
-    return float(value)

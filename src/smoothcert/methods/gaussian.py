@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from ..errors import check_count
+from ..tensors import copies
 from .base import TrainingMethod, noise_for_copies, register_method
 
 
@@ -32,7 +33,7 @@ class GaussianAugmentation(TrainingMethod):
 
     def loss(self, model, x, y, noise, generator):
         m = self.num_noise
-        x_rep = x.repeat((m,) + (1,) * (x.dim() - 1))  # (m·B, C, H, W), copy-major
+        x_rep = copies(x, m)  # (m·B, C, H, W), copy-major
         logits = model(x_rep + noise_for_copies(noise, m).sample(x_rep, generator))
-        ce = F.cross_entropy(logits, y.repeat(m))  # mean over all B·m noisy inputs
+        ce = F.cross_entropy(logits, copies(y, m))  # mean over all B·m noisy inputs
         return {"loss": ce, "logits": logits[: x.shape[0]], "ce": ce.detach()}

@@ -9,7 +9,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import SmoothcertError, check_count, check_nonnegative, check_positive_finite
+from ..errors import (
+    SmoothcertError,
+    check_count,
+    check_in_range,
+    check_nonnegative,
+    check_positive_finite,
+)
 from .base import TrainingMethod, register_method
 
 DISTANCES = ("softmax_mse", "logit_mse", "kl")
@@ -76,21 +82,16 @@ class HeatSmoothing(TrainingMethod):
     w (κ, B, N_c). ``"logits"`` are v(x̃).
     """
 
-    def __init__(
-        self,
-        *,
-        num_steps: int = 5,
-        gamma: float = 5.0,
-        num_projections: int = 10,
-        fd_step: float = 0.1,
-        noise_fraction: float = 0.5,
-        distance: str = "softmax_mse",
-    ):
+    noises = ("gaussian",)  # it is the Gaussian heat equation
+
+    def __init__(self, *, num_steps: int = 5, gamma: float = 5.0, num_projections: int = 10,
+                 fd_step: float = 0.1, noise_fraction: float = 0.5,
+                 distance: str = "softmax_mse"):
         self.num_steps = check_count("num_steps", num_steps)  # n_T time steps; h = 1/n_T
         self.gamma = check_nonnegative("gamma", gamma)  # γ: weight of the gradient penalty
         self.num_projections = check_count("num_projections", num_projections)  # κ
         self.fd_step = check_positive_finite("fd_step", fd_step)  # δ, pixel units
-        self.noise_fraction = _check_fraction("noise_fraction", noise_fraction)  # p
+        self.noise_fraction = check_in_range("noise_fraction", noise_fraction, 0, 1)  # p
         if distance not in DISTANCES:
             raise SmoothcertError(
                 f"distance must be one of {', '.join(DISTANCES)}, got {distance!r}"
@@ -255,10 +256,3 @@ def _unit_rows(g: torch.Tensor) -> torch.Tensor:
     norm = g.flatten(1).norm(dim=1)
     scale = torch.where(norm > 0, norm.reciprocal(), torch.zeros_like(norm))
     return g * scale.view((-1,) + (1,) * (g.dim() - 1))
-
-
-def _check_fraction(name: str, value) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not 0.0 <= value <= 1.0:
-        raise SmoothcertError(f"{name} must be a number in [0, 1], got {value!r}")
-    return float(value)

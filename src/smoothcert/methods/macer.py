@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import SmoothcertError, check_count, check_positive_finite
+from ..tensors import copies
 from .base import TrainingMethod, noise_for_copies, register_method
 
 
@@ -122,17 +123,12 @@ class MACER(TrainingMethod):
     ``"ce"`` (the classification term) and ``"robustness"`` (σ/2 · Σ (γ − ξ) / B, before λ).
     """
 
+    noises = ("gaussian",)  # its radius term is the Gaussian σ/2·(Φ⁻¹(p̂A) − Φ⁻¹(p̂B))
+
     supports_per_sample_sigma = True
 
-    def __init__(
-        self,
-        *,
-        num_noise: int = 16,
-        lbd: float = 12.0,
-        gamma: float = 8.0,
-        beta: float = 16.0,
-        deferred_epochs: int = 0,
-    ):
+    def __init__(self, *, num_noise: int = 16, lbd: float = 12.0, gamma: float = 8.0,
+                 beta: float = 16.0, deferred_epochs: int = 0):
         self.num_noise = check_count("num_noise", num_noise)  # k: noise draws per input
         self.lbd = check_positive_finite("lbd", lbd)  # λ: weight of the robustness term
         self.gamma = check_positive_finite("gamma", gamma)  # γ: hinge margin on ξ
@@ -145,7 +141,7 @@ class MACER(TrainingMethod):
 
     def loss(self, model, x, y, noise, generator):
         k, b, sigma = self.num_noise, x.shape[0], _sigma_per_input(noise)
-        x_rep = x.repeat((k,) + (1,) * (x.dim() - 1))  # (k·B, C, H, W), copy-major
+        x_rep = copies(x, k)  # (k·B, C, H, W), copy-major
         logits = model(x_rep + noise_for_copies(noise, k).sample(x_rep, generator))
         logits = logits.view(k, b, -1).transpose(0, 1)  # (B, k, C)
         classification, robustness = macer_terms(logits, y, sigma, self.gamma, self.beta)

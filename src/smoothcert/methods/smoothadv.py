@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from ..attacks import ATTACKS, draw_noises
-from ..errors import SmoothcertError, check_count, check_nonnegative, unknown_name
+from ..errors import SmoothcertError, check_bool, check_count, check_nonnegative, unknown_name
+from ..tensors import copies
 from .base import TrainingMethod, register_method
 
 
@@ -90,9 +91,8 @@ class SmoothAdv(TrainingMethod):
         self.epsilon = check_nonnegative("epsilon", epsilon)  # ε: L2 budget, pixel units
         self.num_steps = check_count("num_steps", num_steps)  # T: attack steps
         self.num_noise = check_count("num_noise", num_noise)  # m: noises per input
-        if not isinstance(multi_noise, bool):
-            raise SmoothcertError(f"multi_noise must be true or false, got {multi_noise!r}")
-        self.multi_noise = multi_noise  # train on all m copies (True) or the first
+        # train on all m copies (True) or the first
+        self.multi_noise = check_bool("multi_noise", multi_noise)
         self.warmup_epochs = check_count("warmup_epochs", warmup_epochs, minimum=0)  # W
         self.lbd = check_nonnegative("lbd", lbd)  # λ of the consistency term; 0 = off
         self.eta = check_nonnegative("eta", eta)  # η: weight of H(p̄) in the consistency term
@@ -120,11 +120,11 @@ class SmoothAdv(TrainingMethod):
         adv = self._attacker.attack(
             model, x, y, noises, epsilon=self._current_epsilon, generator=generator
         )  # runs in eval mode; the model's train mode is restored
-        copies = m if self.multi_noise or self.lbd > 0 else 1
-        x_noisy = (adv.adversarial.unsqueeze(0) + noises[:copies]).flatten(0, 1)
-        logits = model(x_noisy)  # (copies·B, C), copy-major
+        num_copies = m if self.multi_noise or self.lbd > 0 else 1
+        x_noisy = (adv.adversarial.unsqueeze(0) + noises[:num_copies]).flatten(0, 1)
+        logits = model(x_noisy)  # (num_copies·B, C), copy-major
         trained = logits if self.multi_noise else logits[:b]
-        ce = F.cross_entropy(trained, y.repeat(trained.shape[0] // b))
+        ce = F.cross_entropy(trained, copies(y, trained.shape[0] // b))
         out = {
             "loss": ce,
             "logits": logits[:b],

@@ -159,6 +159,7 @@ class LeNet(nn.Module):
 
 @register_model("lenet")
 def lenet(num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
+    """Caffe-style LeNet for 1×28×28 inputs, the MNIST model of Jeong & Shin (NeurIPS 2020)."""
     return LeNet(num_classes, input_shape)
 
 
@@ -277,6 +278,8 @@ def _cifar_resnet(depth: int) -> ModelFactory:
             raise SmoothcertError(f"{arch} takes 32×32 inputs, got {h}×{w}")
         return CifarResNet(depth, num_classes, block="basic")
 
+    factory.__doc__ = (f"ResNet-{depth} for 3×32×32 inputs (He et al. 2016, §4.2), the CIFAR-10 "
+                       "model of Cohen et al. and the papers that follow them")
     return factory
 
 

@@ -13,10 +13,8 @@ so a checkpoint can never run code. Writing is atomic: a crash leaves the old fi
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
-import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import SmoothcertError
+from ..io import atomic_write
 from .archs import build_model
 
 FORMAT = "smoothcert-checkpoint"
@@ -58,7 +57,7 @@ class Checkpoint:
 
 def versions() -> dict[str, str]:
     """Versions of smoothcert, torch and Python, for provenance."""
-    from .. import __version__
+    from ..version import __version__
 
     python = platform.python_version()
     return {"smoothcert": str(__version__), "torch": str(torch.__version__), "python": python}
@@ -71,8 +70,9 @@ def save_checkpoint(
 
     ``meta`` needs the keys of :data:`REQUIRED_META`; ``meta`` and ``train_state`` may hold only
     str/int/float/bool/None, tensors, and lists, tuples and str-keyed dicts of those, so that
-    weights-only loading can read them. The file is replaced atomically (temporary file in the
-    same folder, fsync, ``os.replace``). Returns the path written.
+    weights-only loading can read them. The file is replaced atomically
+    (:func:`smoothcert.io.atomic_write`); its folder is created if missing. Returns the path
+    written.
     """
     missing = [k for k in REQUIRED_META if k not in meta]
     if missing:
@@ -87,7 +87,9 @@ def save_checkpoint(
         "train_state": train_state,
     }
     path = Path(path)
-    _atomic_torch_save(payload, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, binary=True) as f:
+        torch.save(payload, f)
     return path
 
 
@@ -106,36 +108,6 @@ def _check_plain(obj, where: str) -> None:
             f"{where} is a {type(obj).__name__}; checkpoints hold only plain Python values and "
             f"tensors (convert it, e.g. with float() or .tolist())"
         )
-
-
-def _atomic_torch_save(payload: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "xb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename durable; a no-op where directories cannot be opened (Windows)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> Checkpoint:

@@ -80,7 +80,6 @@ outputs). None of the files stores the training σ, so the caller must give it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -90,6 +89,7 @@ import torch
 from torch import nn
 
 from ..errors import SmoothcertError, check_positive_finite, unknown_name
+from ..io import file_sha256
 from ..registry import Registry
 from .archs import MODELS, build_model
 from .checkpoint import checkpoint_meta, save_checkpoint
@@ -259,14 +259,6 @@ def _few(keys: list[str], count: int = 3) -> str:
     return ", ".join(keys[:count]) + (", …" if len(keys) > count else "")
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def import_checkpoint(
     path: str | os.PathLike,
     fmt: str,
@@ -300,15 +292,6 @@ def import_checkpoint(
     stated_arch = _check_arch(obj, arch, path)
     model = build_model(arch, spec.num_classes, spec.input_shape, norm.mean, norm.std)
     load_reference_weights(model, weights, path, f"{arch} for {spec.name}")
-    provenance = {
-        "format": reference.name,
-        "file": os.fspath(path),
-        "sha256": file_sha256(path),
-        "source": reference.source,
-        "arch_in_file": stated_arch,
-        "normalization": norm.mode,
-        "normalization_source": norm.source,
-    }
     meta = checkpoint_meta(
         arch=arch, dataset=spec.name, num_classes=spec.num_classes, input_shape=spec.input_shape,
         mean=norm.mean, std=norm.std, noise={"name": "gaussian", "sigma": sigma},
@@ -316,7 +299,10 @@ def import_checkpoint(
         config={"format": reference.name, "arch": arch, "dataset": spec.name, "sigma": sigma,
                 "normalization": normalization},
     )
-    meta["imported_from"] = provenance
+    meta["imported_from"] = {
+        "format": reference.name, "file": os.fspath(path), "sha256": file_sha256(path),
+        "source": reference.source, "arch_in_file": stated_arch, "normalization": norm.mode,
+        "normalization_source": norm.source}
     return save_checkpoint(out, model, meta)
 
 

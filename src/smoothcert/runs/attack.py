@@ -1,4 +1,4 @@
-"""Attacks on a smoothed classifier, judged by its PREDICT: the runner task ``attack``.
+"""Attacks on a smoothed classifier, judged by its PREDICT: the runner's ``attack`` program.
 
 What the papers do (and what we do):
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -44,14 +43,15 @@ from ..attacks import ATTACKS, FreshNoiseObjective, SoftSmoothedObjective, draw_
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
 from ..tensors import model_device
 from ..smoothing import Prediction, Smoothed
-from .runner import RunContext, Task, register_task
+from ..certifiers.certifier import Certifier
+from .runner import EVALUATIONS
 
 MAX_BUDGETS = 10_000  # an ε grid longer than this is a typo
 
 
 @dataclass(frozen=True)
 class AttackSettings:
-    """The attack's own settings (the ``options`` of the runner task ``attack``).
+    """The attack's own settings (the ``options`` of the runner's ``attack`` program).
 
     ε, ``max_epsilon`` and ``epsilon_step`` are L2 norms in pixel units. With ``min_distance``
     the budgets are the grid of :meth:`budgets` and ``epsilon`` is unused.
@@ -168,7 +168,7 @@ class SmoothedAttack:
         return SoftSmoothedObjective(model, y, draw_noises(noise, x[None], m, generator))
 
 
-# --------------------------------------------------------------------------- the runner task
+# --------------------------------------------------------------------------- the runner program
 ATTACK_COLUMNS = ("idx", "label", "predict_clean", "predict_adv", "success", "distance", "time",
                   "epsilon", "attempts", "count_adv", "runner_up_adv", "pvalue_adv", "n", "alpha",
                   "sigma", "seed")
@@ -188,20 +188,30 @@ def _predicted(p: Prediction) -> int:
     return -1 if p.abstained else p.prediction
 
 
-def _attack_task(run: RunContext) -> Callable:
-    cfg = run.config
-    attack = SmoothedAttack(run.smoothed, AttackSettings(**cfg.options), n=cfg.n,
-                            alpha=cfg.alpha, batch_size=cfg.batch)
+@EVALUATIONS.register("attack")
+class Attack(Certifier):
+    """The runner's ``attack`` program: :class:`SmoothedAttack` with the :class:`AttackSettings`
+    given as options, judged by PREDICT with the run's ``n``, α and batch. Not a certifier (its
+    records are empirical upper bounds), so it is an evaluation, not a ``--certifier``."""
 
-    def one(x, label, idx, gen):
-        return attack_row(attack(x, label, gen), cfg.sigma)
+    name = "attack"
+    columns = ATTACK_COLUMNS
 
-    return one
+    @classmethod
+    def option_defaults(cls) -> dict:
+        return dataclasses.asdict(AttackSettings())
 
+    def __init__(self, **options):
+        self.settings = AttackSettings(**options)  # raises SmoothcertError for a bad value
 
-def _validate(options: dict) -> None:
-    AttackSettings(**options)  # raises SmoothcertError for a bad value
+    def options(self) -> dict:
+        return dataclasses.asdict(self.settings)
 
+    def start(self, run):
+        cfg = run.config
+        self._attack = SmoothedAttack(run.smoothed, self.settings, n=cfg.n, alpha=cfg.alpha,
+                                      batch_size=cfg.batch)
 
-register_task("attack", Task(ATTACK_COLUMNS, _attack_task,
-                             options=dataclasses.asdict(AttackSettings()), validate=_validate))
+    def program(self, run, x, label, idx, generator):
+        return attack_row(self._attack(x, label, generator), run.config.sigma)
+        yield  # gradient steps and PREDICT calls of its own, no engine requests

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..errors import SmoothcertError, check_count
+from ..io import file_sha256
 from ..models.checkpoint import model_from_checkpoint
 from ..tensors import model_device
 
@@ -53,17 +54,6 @@ def load_source(model, device=None, num_classes: int | None = None) -> ModelSour
         raise SmoothcertError("pass num_classes: the module has no num_classes attribute")
     return ModelSource(module, meta, check_count("num_classes", int(classes), minimum=2), sha,
                        label, model_device(module))
-
-
-def file_sha256(path) -> str:
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    except OSError as e:
-        raise SmoothcertError(f"cannot read checkpoint {path}: {e.strerror}") from e
-    return digest.hexdigest()
 
 
 def state_dict_sha256(model: nn.Module) -> str:

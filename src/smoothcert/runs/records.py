@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,15 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SmoothcertError
+from ..io import (  # noqa: F401  (format_value and the atomic writes: re-exported)
+    append_rows,
+    format_row,
+    format_value,
+    read_tsv,
+    trim_tsv,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 MANIFEST_SUFFIX = ".manifest.json"
 COHEN_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time")
@@ -71,9 +79,7 @@ class RecordWriter:
     def write(self, row: dict) -> None:
         if set(row) != set(self.columns):
             raise ValueError(f"row keys {sorted(row)} differ from columns {list(self.columns)}")
-        self._file.write("\t".join(format_value(row[c]) for c in self.columns) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        append_rows(self._file, [[row[c] for c in self.columns]])
 
     def close(self) -> None:
         self._file.close()
@@ -103,7 +109,7 @@ def open_records(path, columns: Sequence[str], manifest: dict) -> tuple[RecordWr
             done = _resume(path, columns, manifest)
         else:
             write_json_atomic(manifest_path(path), manifest)
-            write_text_atomic(path, "\t".join(columns) + "\n")
+            write_text_atomic(path, format_row(columns))
             done = set()
         return RecordWriter(path, columns, lock), done
     except BaseException:
@@ -147,7 +153,7 @@ def _resume(path: Path, columns: Sequence[str], manifest: dict) -> set[int]:
     if old is None:
         raise SmoothcertError(f"{path} exists but has no manifest; choose another --out")
     _check_same_identity(path, old, manifest)
-    _drop_torn_line(path)
+    trim_tsv(path)  # a torn last line: its process died while writing it
     records = read_records(path)
     if records.columns_order != tuple(columns):
         raise SmoothcertError(f"{path} has columns {list(records.columns_order)}; cannot resume")
@@ -162,16 +168,6 @@ def _check_same_identity(path: Path, old: dict, new: dict) -> None:
             f"{path} was made with a different configuration (differs in: {', '.join(keys)}); "
             "use another --out or the original settings"
         )
-
-
-def _drop_torn_line(path: Path) -> None:
-    """Truncate a last line that has no newline: its process died while writing it."""
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        with open(path, "r+b") as f:
-            f.truncate(data.rfind(b"\n") + 1)
-            f.flush()
-            os.fsync(f.fileno())
 
 
 def _make_parent(path: Path) -> None:
@@ -191,35 +187,6 @@ def _check_writable(path: Path) -> None:
         raise SmoothcertError(f"output directory {parent} does not exist; create it first")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise SmoothcertError(f"output {path} is not writable; choose another --out")
-
-
-def format_value(value) -> str:
-    if isinstance(value, (bool, np.bool_)):
-        return str(int(value))
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        return repr(float(value))
-    return str(value)
-
-
-def write_text_atomic(path, text: str) -> None:
-    """Write ``text`` to ``path`` through a fsynced temporary file and a rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path, obj: dict) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def read_manifest(path) -> dict | None:
@@ -270,20 +237,18 @@ def read_records(path) -> Records:
     """Read a record file (ours or Cohen et al.'s); raises SmoothcertError if it is malformed."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        lines = read_tsv(path)  # complete lines only: a torn last line is not read
     except (OSError, UnicodeDecodeError) as e:
         raise SmoothcertError(f"cannot read record file {path}: {e}") from e
-    lines = text.split("\n")[:-1]  # drop the part after the last newline: empty or torn
-    if not lines or "idx" not in lines[0].split("\t"):
+    if not lines or "idx" not in lines[0]:
         raise SmoothcertError(f"{path} is not a record file (no header line with an 'idx' column)")
-    header = tuple(lines[0].split("\t"))
-    cells = [_split_row(path, line, len(header), n) for n, line in enumerate(lines[1:], start=2)]
+    header = tuple(lines[0])
+    cells = [_full_row(path, row, len(header), n) for n, row in enumerate(lines[1:], start=2)]
     data = {name: _parse_column(name, [row[i] for row in cells]) for i, name in enumerate(header)}
     return Records(str(path), header, data, read_manifest(path))
 
 
-def _split_row(path: Path, line: str, width: int, lineno: int) -> list[str]:
-    row = line.split("\t")
+def _full_row(path: Path, row: list[str], width: int, lineno: int) -> list[str]:
     if len(row) != width:
         raise SmoothcertError(f"{path}:{lineno} has {len(row)} fields, the header has {width}")
     return row
@@ -350,13 +315,13 @@ def merge_records(paths: Iterable, out) -> Path:
     out = Path(out)
     _check_writable(out)
     columns = parts[0].columns_order
-    body = "".join("\t".join(format_value(r[c]) for c in columns) + "\n" for r in rows)
+    body = "".join(format_row(r[c] for c in columns) for r in rows)
     merged = {
         **manifests[0],
         "shard": {"index": 0, "count": 1},
         "merged_from": [str(p.path) for p in parts],
     }
-    write_text_atomic(out, "\t".join(columns) + "\n" + body)
+    write_text_atomic(out, format_row(columns) + body)
     write_json_atomic(manifest_path(out), merged)
     return out
 

@@ -5,8 +5,9 @@ map-style dataset) and for the CLI (a checkpoint and a registered dataset, throu
 :func:`run_dataset`). The runner owns everything around the algorithm: loading the model and
 the examples (``inputs.py``), checking they fit, the global index list and this shard's part of
 it, per-example generators seeded from (seed, idx), resuming, timing and the progress bar. A
-:class:`Task` owns the algorithm: it maps one input to one row. New certifiers (sequential,
-data-dependent, ...) register a Task.
+certifier (``certifiers/``) owns the algorithm: a program that maps one input to one row. The
+runner drives the programs of many inputs through the one engine; a certifier needs only its
+own file.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import platform
 import socket
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,14 +32,16 @@ from ..errors import (
     check_positive_finite,
     check_probability,
 )
+from ..certifiers import CERTIFIERS, LEGACY_NAMES, Certifier, RunContext, build_certifier
+from ..certifiers.certifier import typed
 from ..models.checkpoint import versions
-from ..noise import Gaussian, Uniform
-from .records import Records, global_indices, open_records, read_records, shard_indices, shard_path
+from ..noise import NOISES
 from ..registry import Registry
 from ..rng import example_generator
 from ..sampling import BatchedVotes
+from ..smoothing import Smoothed
 from ..tensors import eval_mode
-from ..smoothing import Certificate, Smoothed
+from .records import Records, global_indices, open_records, read_records, shard_indices, shard_path
 from .inputs import (
     Examples,
     ModelSource,
@@ -53,8 +55,12 @@ from .inputs import (
 class RunConfig:
     """Everything that determines the rows of a run; it is the manifest's identity.
 
-    ``task`` names the certifier (:data:`TASKS`); ``options`` are its own settings, completed
-    with the task's defaults, so that equal runs have equal identities.
+    ``task`` names the certifier (:data:`~smoothcert.certifiers.CERTIFIERS`) or another
+    per-input program of the runner (:data:`EVALUATIONS`: the attack); ``noise`` the noise
+    (:data:`~smoothcert.noise.NOISES`) at standard deviation ``sigma``; ``options`` the
+    certifier's own settings, completed with its defaults, so that equal runs have equal
+    identities. The certifier names from before noise was an axis (``uniform``,
+    ``data-dependent-uniform``) are accepted and resolved to (certifier, noise).
     """
 
     task: str
@@ -76,24 +82,28 @@ class RunConfig:
     engine: dict = field(default_factory=dict)
     # An explicit list of dataset indices instead of skip/max (``certify_dataset(indices=...)``).
     indices: tuple[int, ...] | None = None
+    noise: str = "gaussian"
 
     def __post_init__(self):
-        task = TASKS[self.task]
+        task, noise = _resolved_names(self.task, self.noise)
+        object.__setattr__(self, "task", task), object.__setattr__(self, "noise", noise)
         check_positive_finite("sigma", self.sigma), check_count("n", self.n)
         check_probability("alpha", self.alpha), check_count("batch", self.batch)
         check_count("skip", self.skip), check_count("seed", self.seed, minimum=0)
         if self.max_count is not None:
             check_count("max", self.max_count)
-        if task.needs_n0:
+        if task_class(task).needs_n0:
             check_count("n0", self.n0 if self.n0 is not None else 0)
         if self.split not in ("train", "test"):
             raise SmoothcertError(f"split must be 'train' or 'test', got {self.split!r}")
-        object.__setattr__(self, "options", _resolved_options(self.task, task, self.options))
-        if task.validate is not None:
-            task.validate(self.options)
+        object.__setattr__(self, "options", self.certifier().options())
         object.__setattr__(self, "engine", _resolved_engine(self.engine))
         if self.indices is not None:
             object.__setattr__(self, "indices", _checked_indices(self.indices))
+
+    def certifier(self) -> Certifier:
+        """A fresh instance of the run's certifier with its options (checked)."""
+        return build_certifier(task_class(self.task), self.options)
 
     def run_indices(self, dataset_size: int) -> list[int]:
         """The run's global index list (before sharding): the explicit indices, or every
@@ -105,6 +115,31 @@ class RunConfig:
             raise SmoothcertError(f"indices {outside[:5]} lie outside the dataset of "
                                   f"{dataset_size} examples")
         return list(self.indices)
+
+
+EVALUATIONS: Registry = Registry("evaluation")
+"""Per-input programs of the runner that are not certifiers (``runs/attack.py``: the attack)."""
+
+
+def task_class(name: str) -> type[Certifier]:
+    """The class of a run's program: a certifier, or an evaluation such as the attack."""
+    return EVALUATIONS[name] if name in EVALUATIONS else CERTIFIERS[name]
+
+
+def _resolved_names(task: str, noise: str) -> tuple[str, str]:
+    """(certifier, noise) with the legacy certifier names resolved; the noise checked against
+    the certifier's."""
+    if task in LEGACY_NAMES:
+        task, legacy_noise = LEGACY_NAMES[task]
+        if noise not in ("gaussian", legacy_noise):
+            raise SmoothcertError(f"certifier {task!r} already implies noise {legacy_noise!r}")
+        noise = legacy_noise
+    cls = task_class(task)
+    NOISES[noise]  # an unknown name raises with the list of known ones
+    if cls.noises is not None and noise not in cls.noises:
+        raise SmoothcertError(f"certifier {task!r} certifies with noise "
+                              f"{', '.join(cls.noises)} only, not {noise!r}")
+    return task, noise
 
 
 def _checked_indices(indices) -> tuple[int, ...]:
@@ -123,147 +158,31 @@ def _resolved_engine(given: dict) -> dict:
     if unknown:
         raise SmoothcertError(f"unknown engine setting {', '.join(unknown)}; "
                               f"valid: {', '.join(defaults)}")
-    settings = {key: _typed(key, value, defaults[key]) for key, value in given.items()}
+    settings = {key: typed(key, value, defaults[key]) for key, value in given.items()}
     BatchedVotes(**settings)
     return {key: value for key, value in settings.items() if value != defaults[key]}
 
 
-def _resolved_options(name: str, task: Task, given: dict) -> dict:
-    unknown = sorted(set(given) - set(task.options))
-    if unknown:
-        valid = ", ".join(task.options) or "(none)"
-        raise SmoothcertError(f"certifier {name!r} has no option {', '.join(unknown)}; "
-                              f"valid: {valid}")
-    return {key: _typed(key, given.get(key, default), default)
-            for key, default in task.options.items()}
-
-
-def _typed(key: str, value, default):
-    """``value`` as the type of the option's default (an int is accepted for a float)."""
-    kind = type(default)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if default is not None and not isinstance(value, kind):
-        raise SmoothcertError(f"option {key} must be of type {kind.__name__}, got {value!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """What a certifier may use across a run: rows already written (when resuming) included."""
-
-    config: RunConfig
-    smoothed: Smoothed
-    dataset: Examples  # example(idx) -> (x, label)
-    done: Records
-    device: torch.device
-
-
-@dataclass(frozen=True)
-class Task:
-    """A certifier: ``make(run: RunContext)`` returns ``one(x, label, idx, generator) -> row``.
-
-    With ``batched``, ``one(...)`` is instead an engine program (a generator that yields
-    ``sampling.Draws`` and returns the row), and the runner drives many examples at once so
-    that forward batches are filled across inputs.
-    The row holds the task's own columns; the runner adds idx, label, time and seed. ``make``
-    is called once per run, so a certifier may keep state across examples (and rebuild it
-    from ``run.done`` when a run resumes). ``options`` maps each of the certifier's own
-    settings to its default; ``validate(options)`` raises SmoothcertError for bad values and
-    ``shardable(options)`` says whether examples may be split across shards. Both run before
-    any file is written.
-    """
-
-    columns: tuple
-    make: Callable[[RunContext], Callable]
-    needs_n0: bool = False
-    options: dict = field(default_factory=dict)
-    validate: Callable[[dict], None] | None = None
-    shardable: Callable[[dict], bool] | None = None
-    batched: bool = False
-
-
-TASKS: Registry = Registry("certifier")
-
-
-def register_task(name: str, task: Task) -> Task:
-    return TASKS.register(name)(task)
-
-
-def certificate_row(c: Certificate, label: int) -> dict:
-    """The columns of a CERTIFY record from a :class:`Certificate`."""
-    predict = -1 if c.abstained else c.prediction
-    return {"predict": predict, "radius": c.radius, "correct": int(predict == label),
-            "p_lower": c.p_lower, "nA": c.count, "n0": c.n0, "n": c.n, "alpha": c.alpha,
-            "sigma": c.sigma}
-
-
-CERTIFY_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time",
-                   "p_lower", "nA", "n0", "n", "alpha", "sigma", "seed")
-
-
-def _certify(run: RunContext) -> Callable:
-    cfg, smoothed = run.config, run.smoothed
-
-    def program(x, label, idx, gen):
-        c = yield from smoothed.certify_program(x, cfg.n0, cfg.n, cfg.alpha, gen)
-        return certificate_row(c, label)
-
-    return program
-
-
-def _predict(run: RunContext) -> Callable:
-    cfg, smoothed = run.config, run.smoothed
-
-    def program(x, label, idx, gen):
-        p = yield from smoothed.predict_program(x, cfg.n, cfg.alpha, gen)
-        predict = -1 if p.abstained else p.prediction
-        return {"predict": predict, "correct": int(predict == label), "count": p.count,
-                "runner_up": p.runner_up_count, "pvalue": p.pvalue, "n": p.n,
-                "alpha": p.alpha, "sigma": cfg.sigma}
-
-    return program
-
-
-register_task("certify", Task(CERTIFY_COLUMNS, _certify, needs_n0=True, batched=True))
-register_task("predict", Task(
-    ("idx", "label", "predict", "correct", "time",
-     "count", "runner_up", "pvalue", "n", "alpha", "sigma", "seed"), _predict, batched=True))
-
-
 def certify_dataset(
-    model,
-    dataset,
-    *,
-    sigma=None,
-    n0: int = 100,
-    n: int = 100_000,
-    alpha: float = 0.001,
-    batch: int = 1000,
-    seed: int = 0,
-    skip: int = 1,
-    max_count: int | None = None,
-    indices=None,
-    certifier: str = "certify",
-    options: dict | None = None,
-    out=None,
-    shard: tuple[int, int] = (0, 1),
-    num_classes: int | None = None,
-    device=None,
-    workers: int | None = None,
-    engine: dict | None = None,
-    progress: bool = False,
+    model, dataset, *, sigma=None, noise: str | None = None, n0: int = 100, n: int = 100_000,
+    alpha: float = 0.001, batch: int = 1000, seed: int = 0, skip: int = 1,
+    max_count: int | None = None, indices=None, certifier: str = "certify",
+    options: dict | None = None, out=None, shard: tuple[int, int] = (0, 1),
+    num_classes: int | None = None, device=None, workers: int | None = None,
+    engine: dict | None = None, progress: bool = False,
 ) -> list[dict]:
     """Certify (or run any registered certifier on) every selected example of ``dataset``.
 
     ``model`` is a smoothcert checkpoint path or any ``nn.Module`` that maps pixels in [0, 1]
     (B, C, H, W) to logits (its normalization inside); ``dataset`` any map-style dataset of
-    ``(x (C, H, W) float in [0, 1], y int)``. ``sigma`` is the noise level (a float, a
-    ``Gaussian``, or a ``Uniform`` noise, which selects the uniform variant of the certifier);
-    default: the checkpoint's. The examples are every ``skip``-th index, at most ``max_count``
-    (or the explicit ``indices``), then every K-th of them from k for ``shard`` = (k, K).
-    Example ``idx`` draws its noise from a generator seeded from (``seed``, idx), so the rows
-    depend on neither ``batch``, nor sharding, nor resuming.
+    ``(x (C, H, W) float in [0, 1], y int)``. ``sigma`` is the noise level: a float, or a noise
+    object (``Gaussian(0.25)``, ``Uniform(0.25)``), which also selects the noise; default: the
+    checkpoint's. ``noise`` names the noise (``gaussian``, ``uniform``: see
+    ``smoothcert.noise.NOISES``); default: the noise object's, else the checkpoint's, else
+    Gaussian. The examples are every ``skip``-th index, at most ``max_count`` (or the explicit
+    ``indices``), then every K-th of them from k for ``shard`` = (k, K). Example ``idx`` draws
+    its noise from a generator seeded from (``seed``, idx), so the rows depend on neither
+    ``batch``, nor sharding, nor resuming.
 
     With ``out``, the rows go to the record file (shard K > 1: ``out``'s shard name) with its
     manifest, exactly as ``smoothcert certify`` writes them; rerunning resumes after the rows
@@ -274,36 +193,34 @@ def certify_dataset(
     """
     source = load_source(model, device, num_classes)
     data = as_examples(dataset)
-    task, sigma = _task_and_sigma(certifier, sigma, source.meta)
+    certifier, implied = LEGACY_NAMES.get(certifier, (certifier, None))
+    needs_n0 = task_class(certifier).needs_n0  # an unknown name raises, listing the known ones
+    sigma, noise = _sigma_and_noise(sigma, noise or implied, source.meta)
     cfg = RunConfig(
-        task=task, checkpoint_sha256=source.sha256, dataset=data.name, split=data.split,
+        task=certifier, checkpoint_sha256=source.sha256, dataset=data.name, split=data.split,
         sigma=sigma, n=n, alpha=alpha, batch=batch, seed=seed, skip=skip, max_count=max_count,
-        n0=n0 if TASKS[task].needs_n0 else None, device_type=source.device.type,
+        n0=n0 if needs_n0 else None, device_type=source.device.type,
         options=dict(options or {}), engine=dict(engine or {}),
-        indices=tuple(indices) if indices is not None else None,
+        indices=tuple(indices) if indices is not None else None, noise=noise,
     )
     return execute(cfg, source, data, out, shard=_checked_shard(shard), workers=workers,
                    progress=progress)
 
 
-# certify_dataset(sigma=Uniform(...)) runs the uniform-noise variant of these certifiers.
-_UNIFORM_VARIANTS = {"certify": "uniform", "data-dependent": "data-dependent-uniform",
-                     "uniform": "uniform", "data-dependent-uniform": "data-dependent-uniform"}
-
-
-def _task_and_sigma(certifier: str, sigma, meta: dict) -> tuple[str, float]:
-    TASKS[certifier]  # an unknown name raises with the list of known ones
+def _sigma_and_noise(sigma, noise: str | None, meta: dict) -> tuple[float, str]:
+    """σ as a float and the noise's name, from the arguments or the checkpoint's metadata."""
+    stored = meta.get("noise") or {}
+    if isinstance(sigma, tuple(NOISES.values())):
+        name = next(k for k, cls in NOISES.items() if type(sigma) is cls)
+        if noise is not None and noise != name:
+            raise SmoothcertError(f"noise {noise!r} disagrees with the noise object {sigma!r}")
+        return sigma.scalar_sigma(), name
     if sigma is None:
-        if "noise" not in meta:
+        if "sigma" not in stored:
             raise SmoothcertError("pass sigma: a module carries no noise level")
-        return certifier, float(meta["noise"]["sigma"])
-    if isinstance(sigma, Uniform):
-        if certifier not in _UNIFORM_VARIANTS:
-            raise SmoothcertError(f"certifier {certifier!r} has no uniform-noise variant")
-        return _UNIFORM_VARIANTS[certifier], sigma.scalar_sigma()
-    if isinstance(sigma, Gaussian):
-        return certifier, sigma.scalar_sigma()
-    return certifier, check_positive_finite("sigma", sigma)
+        sigma = float(stored["sigma"])
+    noise = noise if noise is not None else stored.get("name", "gaussian")
+    return check_positive_finite("sigma", sigma), noise
 
 
 def _checked_shard(shard) -> tuple[int, int]:
@@ -335,24 +252,23 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     _check_compatible(source, data)
     if workers is not None:
         check_count("workers", workers, minimum=0)
+    certifier = cfg.certifier()
     mine = shard_indices(cfg.run_indices(len(data)), *shard)
-    _check_shardable(cfg, shard)
+    _check_shardable(cfg, certifier, shard)
     path = shard_path(out, *shard) if out is not None else None
     writer, done = _open(path, cfg, source, shard, len(data))
-    smoothed = Smoothed(source.model, Gaussian(cfg.sigma), source.num_classes,
+    smoothed = Smoothed(source.model, NOISES[cfg.noise](cfg.sigma), source.num_classes,
                         BatchedVotes(**cfg.engine))
-    previous = read_records(path) if path is not None else _no_records(TASKS[cfg.task].columns)
+    previous = read_records(path) if path is not None else _no_records(certifier.columns)
     run = RunContext(cfg, smoothed, data, previous, source.device)
-    task = TASKS[cfg.task]
+    certifier.start(run)
     todo = [i for i in mine if i not in done]
-    rows = _run_batched if task.batched else _run_each
     name = path.name if path is not None else data.name
     bar = tqdm(total=len(mine), initial=len(mine) - len(todo), disable=not progress,
                desc=f"{cfg.task} {name}", unit="img", dynamic_ncols=True)
-    stream = data.stream(todo, workers)
     produced = []
     with writer, bar, eval_mode(source.model):
-        for row in rows(task.make(run), smoothed, stream, cfg, source.device):
+        for row in _rows(certifier, run, data.stream(todo, workers)):
             writer.write(row)
             produced.append(row)
             bar.update()
@@ -365,7 +281,7 @@ def _open(path, cfg: RunConfig, source: ModelSource, shard, dataset_size: int):
     if path is None:
         return _NoFile(), set()
     manifest = _manifest(cfg, source, shard, dataset_size)
-    return open_records(path, TASKS[cfg.task].columns, manifest)
+    return open_records(path, task_class(cfg.task).columns, manifest)
 
 
 def _no_records(columns) -> Records:
@@ -379,30 +295,24 @@ class _NoFile(contextlib.nullcontext):
         pass
 
 
-def _run_each(certify_one: Callable, smoothed, stream, cfg: RunConfig, device):
-    for idx, x, label in stream:
-        generator = example_generator(cfg.seed, idx, device)
-        start = time.perf_counter()
-        row = certify_one(x, label, idx, generator)
-        elapsed = time.perf_counter() - start
-        yield {"idx": idx, "label": label, "time": elapsed, "seed": cfg.seed, **row}
+def _rows(certifier: Certifier, run: RunContext, stream):
+    """Rows in the order the examples' programs finish, their draws packed into shared forward
+    batches by the engine; ``time`` is each example's share of the wall time
+    (``sampling.Finished.seconds``), so the column still adds up to the run's cost."""
+    cfg = run.config
 
-
-def _run_batched(program: Callable, smoothed: Smoothed, stream, cfg: RunConfig, device):
-    """Rows in the order their programs finish; ``time`` is each example's share of the wall
-    time (``sampling.Finished.seconds``), so the column still adds up to the run's cost."""
     def example(idx, x, label):
-        row = yield from program(x, label, idx, example_generator(cfg.seed, idx, device))
+        generator = example_generator(cfg.seed, idx, run.device)
+        row = yield from certifier.program(run, x, label, idx, generator)
         return {"idx": idx, "label": label, "seed": cfg.seed, **row}
 
     programs = ((idx, example(idx, x, label)) for idx, x, label in stream)
-    for done in smoothed.run(programs, cfg.batch):
+    for done in run.smoothed.run(programs, cfg.batch):
         yield {**done.result, "time": done.seconds}
 
 
-def _check_shardable(cfg: RunConfig, shard) -> None:
-    shardable = TASKS[cfg.task].shardable
-    if shard[1] > 1 and shardable is not None and not shardable(cfg.options):
+def _check_shardable(cfg: RunConfig, certifier: Certifier, shard) -> None:
+    if shard[1] > 1 and not certifier.shardable():
         raise SmoothcertError(
             f"certifier {cfg.task!r} with options {cfg.options} needs every input in one run "
             "and order; run it without --num-shards"
@@ -442,6 +352,10 @@ def _identity(cfg: RunConfig) -> dict:
     for key in ("engine", "indices"):  # absent when default: older files keep resuming
         if not identity[key]:
             del identity[key]
+    legacy = {pair: name for name, pair in LEGACY_NAMES.items()}.get((cfg.task, cfg.noise))
+    if legacy is not None or cfg.noise == "gaussian":  # the identity it had before --noise
+        identity["task"] = legacy or cfg.task
+        del identity["noise"]
     if "indices" in identity:
         identity["indices"] = list(identity["indices"])  # as JSON reads it back
     return identity
@@ -451,9 +365,10 @@ def _manifest(cfg: RunConfig, source: ModelSource, shard, dataset_size: int) -> 
     indices = {"dataset_size": dataset_size, "skip": cfg.skip, "max_count": cfg.max_count}
     if cfg.indices is not None:
         indices["explicit"] = list(cfg.indices)
+    identity = _identity(cfg)
     return {
-        "kind": cfg.task,
-        "identity": _identity(cfg),
+        "kind": identity["task"],
+        "identity": identity,
         "shard": {"index": shard[0], "count": shard[1]},
         "indices": indices,
         "provenance": {

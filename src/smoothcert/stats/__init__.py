@@ -2,7 +2,7 @@
 
 * :mod:`.binomial` — Clopper–Pearson bounds and the exact binomial test (Cohen et al.);
 * :mod:`.sequential_tests` — confidence bounds valid over all looks of a sequential test;
-* :mod:`.lbound` — the L-bound's margin bounds (Campbell et al.; Hoeffding / Bonferroni).
+* :mod:`.margins` — the L-bound's margin bounds (Campbell et al.; Hoeffding / Bonferroni).
 """
 
 from .binomial import binomial_pvalue, clopper_pearson_lower

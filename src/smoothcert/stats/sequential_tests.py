@@ -46,7 +46,7 @@ import numpy as np
 from scipy.special import betaln
 from scipy.stats import norm
 
-from ..errors import SmoothcertError, check_positive_finite, check_probability
+from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
 from ..registry import Registry
 from .binomial import clopper_pearson_lower
 
@@ -373,9 +373,8 @@ def _check_schedule(first, ratio) -> None:
 
 
 def _count(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise SmoothcertError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+    """:func:`check_count`, which also takes numpy integers here: counts come out of arrays."""
+    return check_count(name, value.item() if isinstance(value, np.integer) else value, minimum)
 
 
 def _counts(k, t, n_max):

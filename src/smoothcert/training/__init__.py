@@ -2,5 +2,7 @@
 
 from .config import SCHEDULES, TrainConfig
 from .loop import Trainer, train
+from .sigma_modes import SIGMA_MODES, SigmaMode, build_sigma_mode
 
-__all__ = ["SCHEDULES", "TrainConfig", "Trainer", "train"]
+__all__ = ["SCHEDULES", "SIGMA_MODES", "SigmaMode", "TrainConfig", "Trainer", "build_sigma_mode",
+           "train"]

@@ -1,27 +1,66 @@
 """The configuration of a training run: a typed, validated, frozen :class:`TrainConfig`.
 
 Everything that determines a run except the device; it is saved as ``config.yaml`` and inside
-every checkpoint, and a resumed run must present the same one. ``SCHEDULES`` names the
-learning-rate schedules, each stepped once per epoch.
+every checkpoint, and a resumed run must present the same one. This file is the one place a
+field is declared: its metadata (:func:`_doc`) holds its help text, its flag where that is not
+``--field-name``, and for a name the registry its choices come from; ``smoothcert train``
+generates its flags and its ``--help`` from the fields. ``SCHEDULES`` names the learning-rate
+schedules, each stepped once per epoch.
+
+Configs written before ``sigma_mode_params`` existed (recipes, ``config.yaml`` files, the configs
+stored in checkpoints) name the data-dependent σ mode's parameters ``dd_steps``,
+``dd_step_size``, ``dd_num_samples`` and ``dd_start_epoch``; ``TrainConfig`` still takes them, as
+keyword arguments and in :meth:`TrainConfig.from_dict`, folds them into ``sigma_mode_params``
+(:data:`LEGACY_SIGMA_PARAMS`) and still answers them as attributes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from torch.optim.lr_scheduler import LRScheduler, MultiStepLR, StepLR
 
 from ..data import DATASETS
-from ..errors import SmoothcertError, check_count, check_positive_finite, unknown_name
+from ..errors import (
+    SmoothcertError,
+    check_bool,
+    check_count,
+    check_in_range,
+    check_positive_finite,
+    unknown_name,
+)
 from ..methods import METHODS, build_method
 from ..models import MODELS
 from ..models.archs import EXTERNAL_ZOOS
-from .sigma_modes import SIGMA_MODES
+from ..noise import NOISES
+from ..registry import Registry
+from .sigma_modes import SIGMA_MODES, SigmaMode, build_sigma_mode
+
+LEGACY_SIGMA_MODE = "data_dependent"
+LEGACY_SIGMA_PARAMS = {
+    "dd_steps": "num_steps",
+    "dd_step_size": "step_size",
+    "dd_num_samples": "num_samples",
+    "dd_start_epoch": "start_epoch",
+}
+"""Old config key -> parameter of the ``data_dependent`` σ mode (``sigma_mode_params``); the
+init-only arguments at the end of :class:`TrainConfig` are these keys, in this order."""
+
+
+def _doc(help: str, *, flag: str | None = None, metavar: str | None = None,
+         choices: Callable[[], dict[str, str]] | None = None) -> dict[str, Any]:
+    """A field's metadata: ``help`` (its meaning and unit), ``flag`` (the CLI spelling, default
+    ``--field-name``), ``metavar``, and ``choices``: a function giving the names the field
+    accepts with a one-line description each (read when help is printed, so plug-ins registered
+    later are listed too)."""
+    return {"help": help, "flag": flag, "metavar": metavar, "choices": choices}
 
 
 # --------------------------------------------------------------------------- config
@@ -29,74 +68,118 @@ from .sigma_modes import SIGMA_MODES
 class TrainConfig:
     """Everything that determines a training run (except the device).
 
-    Validated and normalised at construction: ``method_params`` is completed with the method's
-    defaults, so equal runs have equal configs. Units: ``sigma`` in pixel units of [0, 1] inputs,
-    ``lr_step_size`` and ``lr_milestones`` in epochs. Defaults follow Cohen et al. 2019 (SGD,
-    lr 0.1, momentum 0.9, weight decay 1e-4, lr × 0.1 every 30 epochs, batch 256).
+    Validated and normalised at construction: ``method_params`` and ``sigma_mode_params`` are
+    completed with the method's and the σ mode's defaults, so equal runs have equal configs.
+    Units: ``sigma`` in pixel units of [0, 1] inputs, ``lr_step_size`` and ``lr_milestones`` in
+    epochs. Defaults follow Cohen et al. 2019 (SGD, lr 0.1, momentum 0.9, weight decay 1e-4,
+    lr × 0.1 every 30 epochs, batch 256) and train with Gaussian noise at one σ.
+
+    ``noise`` names the noise distribution (:data:`smoothcert.noise.NOISES`) every training
+    example is perturbed with, at standard deviation ``sigma`` per coordinate.
 
     ``sigma_mode="data_dependent"`` trains every example at its own σ_x, initialised to
     ``sigma`` and optimised by OptimizeSigma as the epochs go (Alfarra et al. 2022, Alg. 2; the
-    method must support a per-sample σ). Its settings default to the authors' training scripts
-    (MotasemAlfarra/Data_Dependent_Randomized_Smoothing, ``ImageNet/train_rs.py``,
-    ``ImageNet/train_macer.py``), which the paper's training runs follow:
-
-    - ``dd_steps`` = 1: K, gradient-ascent steps on σ per visit of an example, i.e. per epoch
-      (``--iter_sig_tr`` default 1; the CIFAR-10 ``train_macer.py`` default is 10);
-    - ``dd_step_size`` = 1e-4: α_σ, the step on σ per unit gradient of the soft radius
-      (``--lr_sig`` default in every script; the paper's α = 0.0001);
-    - ``dd_num_samples`` = 1: n, noise draws per step (``--gaussian_num_ds`` default 1; paper,
-      App. H.3: n = 1 "for ease of computation" in training, n = 8 as an ablation);
-    - ``dd_start_epoch`` = 0: epochs trained at the fixed ``sigma`` before σ_x is optimised
-      (``--epoch-switch`` default 0; the paper's CIFAR-10 Cohen runs use 50 of 200 epochs).
+    method must support a per-sample σ); ``sigma_mode_params`` sets its parameters
+    (:class:`~smoothcert.training.sigma_modes.PerExampleSigma`: ``num_steps``, ``step_size``,
+    ``num_samples``, ``start_epoch``, defaulting to the authors' training scripts). The old keys
+    ``dd_steps``, ``dd_step_size``, ``dd_num_samples``, ``dd_start_epoch`` are accepted as
+    arguments (:data:`LEGACY_SIGMA_PARAMS`); under another σ mode they are checked and ignored,
+    as they always were. Read as attributes they give the data-dependent mode's parameters: this
+    config's where it is that mode's, else the mode's defaults.
 
     ``train_size`` (default: the whole split) trains on a fixed class-balanced subset of the
     training split (:func:`smoothcert.data.balanced_subset`), the same for every run and seed, so
     that studies on a small machine can keep a schedule's epochs and shrink its cost.
     """
 
-    dataset: str
-    arch: str
-    sigma: float
-    epochs: int
-    method: str = "gaussian"
-    method_params: dict = field(default_factory=dict)
-    batch_size: int = 256
-    lr: float = 0.1
-    momentum: float = 0.9
-    nesterov: bool = False
-    weight_decay: float = 1e-4
-    lr_schedule: str = "step"  # "step" | "multistep" | "constant"
-    lr_step_size: int = 30  # "step": lr *= lr_gamma every lr_step_size epochs
-    lr_milestones: tuple = (30, 60)  # "multistep": lr *= lr_gamma at each of these epochs
-    lr_gamma: float = 0.1
-    seed: int = 0
-    data_root: str | None = None
-    init_checkpoint: str | None = None  # start from these weights (same arch and dataset)
-    sigma_mode: str = "fixed"  # "fixed" | "data_dependent" (one σ per example, Alfarra Alg. 2)
-    dd_steps: int = 1  # K: OptimizeSigma steps per example per epoch
-    dd_step_size: float = 1e-4  # α_σ: ascent step on σ (pixel units per unit radius gradient)
-    dd_num_samples: int = 1  # n: noise draws per OptimizeSigma step
-    dd_start_epoch: int = 0  # epochs at the fixed σ before σ_x is optimised
-    train_size: int | None = None  # train on this many examples (a fixed class-balanced subset)
-    arch_kwargs: dict = field(default_factory=dict)  # torchvision:/timm: constructor arguments
-    image_size: int | None = None  # image folders: side S of the square inputs (default 224)
+    dataset: str = field(metadata=_doc(
+        "the training set (its test split gives the log's noisy test accuracy)",
+        metavar="NAME", choices=lambda: _dataset_choices()))
+    arch: str = field(metadata=_doc(
+        "architecture of the base classifier", metavar="NAME", choices=lambda: _arch_choices()))
+    sigma: float = field(metadata=_doc(
+        "noise level σ: the standard deviation of each noise coordinate, in pixel units of "
+        "[0, 1] inputs"))
+    epochs: int = field(metadata=_doc("passes over the training set"))
+    method: str = field(default="gaussian", metadata=_doc(
+        "the training method (its loss)", metavar="NAME",
+        choices=lambda: _keyword_choices(METHODS)))
+    method_params: dict = field(default_factory=dict, metadata=_doc(
+        "a hyperparameter of the method, e.g. --param num_noise=4 (repeatable; each method's "
+        "defaults are listed below)", flag="--param", metavar="KEY=VALUE"))
+    noise: str = field(default="gaussian", metadata=_doc(
+        "the distribution of the training noise", metavar="NAME",
+        choices=lambda: _described(NOISES)))
+    batch_size: int = field(default=256, metadata=_doc(
+        "examples per optimizer step (the global batch under torchrun)", flag="--batch"))
+    lr: float = field(default=0.1, metadata=_doc("learning rate of SGD"))
+    momentum: float = field(default=0.9, metadata=_doc("momentum of SGD, in [0, 1)"))
+    nesterov: bool = field(default=False, metadata=_doc(
+        "Nesterov momentum (needs momentum > 0)"))
+    weight_decay: float = field(default=1e-4, metadata=_doc("L2 weight decay of SGD"))
+    lr_schedule: str = field(default="step", metadata=_doc(
+        "how the learning rate changes, once per epoch", metavar="NAME",
+        choices=lambda: _described(SCHEDULES)))
+    lr_step_size: int = field(default=30, metadata=_doc(
+        "step schedule: lr × lr_gamma every this many epochs", metavar="EPOCHS"))
+    lr_milestones: tuple[int, ...] = field(default=(30, 60), metadata=_doc(
+        "multistep schedule: lr × lr_gamma at each of these epochs", metavar="E1,E2,..."))
+    lr_gamma: float = field(default=0.1, metadata=_doc(
+        "factor of each learning-rate step", metavar="GAMMA"))
+    seed: int = field(default=0, metadata=_doc(
+        "seed of every random draw: initialisation, epoch order, augmentation, noise"))
+    data_root: str | None = field(default=None, metadata=_doc(
+        "folder holding the datasets' files (default: each dataset's own search; not compared "
+        "on resume: the data may move)", metavar="DIR"))
+    init_checkpoint: str | None = field(default=None, metadata=_doc(
+        "start from the weights of this checkpoint (same arch and dataset), e.g. to fine-tune "
+        "with --method heat (default: random initialisation from --seed)",
+        flag="--init-from", metavar="PATH"))
+    sigma_mode: str = field(default="fixed", metadata=_doc(
+        "how the σ of each training example is chosen", metavar="NAME",
+        choices=lambda: _keyword_choices(SIGMA_MODES)))
+    sigma_mode_params: dict = field(default_factory=dict, metadata=_doc(
+        "a parameter of the σ mode, e.g. --sigma-param start_epoch=4 (repeatable; each mode's "
+        "defaults are listed below; --dd-steps, --dd-step-size, --dd-num-samples and "
+        "--dd-start-epoch are the old spellings of num_steps, step_size, num_samples and "
+        "start_epoch)", flag="--sigma-param", metavar="KEY=VALUE"))
+    train_size: int | None = field(default=None, metadata=_doc(
+        "train on a fixed class-balanced subset of N training examples, the same for every run "
+        "and seed (default: the whole training split)", metavar="N"))
+    arch_kwargs: dict = field(default_factory=dict, metadata=_doc(
+        "keyword argument of a torchvision:/timm: model's constructor, e.g. --arch-param "
+        "dropout=0.1 (repeatable; stored in the checkpoint; default: the constructor's own)",
+        flag="--arch-param",
+        metavar="KEY=VALUE"))
+    image_size: int | None = field(default=None, metadata=_doc(
+        "side S of the square inputs of an image folder: Resize(S·8/7) + CenterCrop(S) for "
+        "evaluation, RandomResizedCrop(S) + flip for training (default 224)", metavar="S"))
+    # Old spellings of sigma_mode_params (LEGACY_SIGMA_PARAMS): init-only, never stored.
+    dd_steps: InitVar[int | None] = None
+    dd_step_size: InitVar[float | None] = None
+    dd_num_samples: InitVar[int | None] = None
+    dd_start_epoch: InitVar[int | None] = None
 
-    def __post_init__(self):
-        for name, value in _validated(self).items():
+    def __post_init__(self, *legacy):
+        for name, value in _validated(self, dict(zip(LEGACY_SIGMA_PARAMS, legacy))).items():
             object.__setattr__(self, name, value)
+        for old, value in _legacy_attributes(self).items():
+            object.__setattr__(self, old, value)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain Python values (lists, not tuples), ready for YAML and checkpoints."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d.update(method_params=dict(self.method_params), lr_milestones=list(self.lr_milestones),
+                 sigma_mode_params=dict(self.sigma_mode_params),
                  arch_kwargs=dict(self.arch_kwargs))
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:
-        """Inverse of :meth:`to_dict`; unknown or missing keys raise, listing the valid ones."""
+        """Inverse of :meth:`to_dict`, also for the configs of older versions (the ``dd_*`` keys,
+        no ``noise``: Gaussian); unknown or missing keys raise, listing the valid ones."""
         names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(d) - set(names))
+        unknown = sorted(set(d) - set(names) - set(LEGACY_SIGMA_PARAMS))
         if unknown:
             raise SmoothcertError(
                 f"unknown config key(s) {', '.join(unknown)}; valid: {', '.join(names)}"
@@ -116,12 +199,10 @@ def _required(f: dataclasses.Field) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
-def _validated(c: TrainConfig) -> dict[str, Any]:
+def _validated(c: TrainConfig, legacy: dict[str, Any]) -> dict[str, Any]:
     """Checked and normalised values of every field; raises SmoothcertError on the first bad one."""
-    params = c.method_params
-    if not isinstance(params, Mapping):
-        raise SmoothcertError(f"method_params must be a mapping, got {type(params).__name__}")
-    method = build_method(_check_str("method", c.method), **params)
+    method = build_method(_check_str("method", c.method), **_check_mapping("method_params",
+                                                                           c.method_params))
     values = {
         "dataset": _check_name("dataset", c.dataset, _known_datasets()),
         "arch": _check_arch(c.arch),
@@ -130,11 +211,13 @@ def _validated(c: TrainConfig) -> dict[str, Any]:
         "sigma": check_positive_finite("sigma", c.sigma),
         "epochs": check_count("epochs", c.epochs),
         "method_params": method.hparams(),
+        "noise": _check_name("noise", c.noise, NOISES),
         "batch_size": check_count("batch_size", c.batch_size),
         "lr": check_positive_finite("lr", c.lr),
-        "momentum": _check_range("momentum", c.momentum, 0.0, 1.0),
+        "momentum": check_in_range("momentum", c.momentum, 0.0, 1.0, include_high=False),
         "nesterov": _check_nesterov(c.nesterov, c.momentum),
-        "weight_decay": _check_range("weight_decay", c.weight_decay, 0.0, math.inf),
+        "weight_decay": check_in_range("weight_decay", c.weight_decay, 0.0, math.inf,
+                                       include_high=False),
         "lr_schedule": _check_name("lr_schedule", c.lr_schedule, SCHEDULES),
         "lr_step_size": check_count("lr_step_size", c.lr_step_size),
         "lr_milestones": _check_milestones(c.lr_milestones),
@@ -143,37 +226,68 @@ def _validated(c: TrainConfig) -> dict[str, Any]:
         "data_root": None if c.data_root is None else os.fspath(c.data_root),
         "init_checkpoint": _check_path("init_checkpoint", c.init_checkpoint),
         "sigma_mode": _check_name("sigma_mode", c.sigma_mode, SIGMA_MODES),
-        "dd_steps": check_count("dd_steps", c.dd_steps),
-        "dd_step_size": check_positive_finite("dd_step_size", c.dd_step_size),
-        "dd_num_samples": check_count("dd_num_samples", c.dd_num_samples),
-        "dd_start_epoch": check_count("dd_start_epoch", c.dd_start_epoch, minimum=0),
         "train_size": None if c.train_size is None else check_count("train_size", c.train_size),
     }
-    _check_data_dependent(values, method)
-    return values
+    mode = _sigma_mode(values["sigma_mode"], c.sigma_mode_params, legacy)
+    _check_sigma_mode(values, mode, method)
+    _check_method_noise(method, values["noise"])
+    return {**values, "sigma_mode_params": mode.params()}
 
 
-def _check_data_dependent(values: dict[str, Any], method) -> None:
-    """Data-dependent σ needs a method that trains at a per-sample σ, and at least one epoch
-    from ``dd_start_epoch`` on."""
-    if values["sigma_mode"] != "data_dependent":
-        return
-    if not method.supports_per_sample_sigma:
+def _check_method_noise(method, noise: str) -> None:
+    """A method whose loss is written for one noise (e.g. MACER's σΦ⁻¹ radius) refuses another."""
+    if method.noises is not None and noise not in method.noises:
+        raise SmoothcertError(f"method {method.name!r} trains with noise "
+                              f"{', '.join(method.noises)} only, not {noise!r}")
+
+
+def _sigma_mode(name: str, params, legacy: dict[str, Any]) -> SigmaMode:
+    """The σ mode ``name`` built from ``params`` and the old ``dd_*`` keys in ``legacy`` (those
+    that are not None), which are checked whatever the mode but only apply to theirs."""
+    params = _check_mapping("sigma_mode_params", params)
+    given = {LEGACY_SIGMA_PARAMS[k]: v for k, v in legacy.items() if v is not None}
+    if given:
+        build_sigma_mode(LEGACY_SIGMA_MODE, **given)
+    if name != LEGACY_SIGMA_MODE:
+        given = {}
+    clash = sorted(k for k in set(given) & set(params) if given[k] != params[k])
+    if clash:
+        old = {new: old for old, new in LEGACY_SIGMA_PARAMS.items()}
+        said = "; ".join(f"{old[k]}={given[k]!r} vs sigma_mode_params {k}={params[k]!r}"
+                         for k in clash)
+        raise SmoothcertError(f"old and new spelling of a σ-mode parameter disagree ({said}); "
+                              "give each parameter once")
+    return build_sigma_mode(name, **{**given, **params})
+
+
+def _check_sigma_mode(values: dict[str, Any], mode: SigmaMode, method) -> None:
+    """A per-sample σ needs a method that trains at one, and the mode may need more epochs."""
+    if mode.per_sample and not method.supports_per_sample_sigma:
         able = sorted(n for n, cls in METHODS.items() if cls.supports_per_sample_sigma)
         raise SmoothcertError(
             f"method {method.name!r} cannot train with a per-sample σ (sigma_mode "
-            f"data_dependent); use sigma_mode fixed, or one of: {', '.join(able)}"
+            f"{values['sigma_mode']}); use sigma_mode fixed, or one of: {', '.join(able)}"
         )
-    if values["dd_start_epoch"] >= values["epochs"]:
-        raise SmoothcertError(
-            f"dd_start_epoch ({values['dd_start_epoch']}) must be below epochs "
-            f"({values['epochs']}), or no epoch trains with data-dependent σ"
-        )
+    mode.check_epochs(values["epochs"])
+
+
+def _legacy_attributes(c: TrainConfig) -> dict[str, Any]:
+    """``dd_*`` -> the data-dependent σ mode's parameter: ``c``'s where that is its mode, else
+    the mode's default."""
+    params = c.sigma_mode_params if c.sigma_mode == LEGACY_SIGMA_MODE else \
+        build_sigma_mode(LEGACY_SIGMA_MODE).params()
+    return {old: params[new] for old, new in LEGACY_SIGMA_PARAMS.items()}
 
 
 def _check_str(name: str, value) -> str:
     if not isinstance(value, str):
         raise SmoothcertError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def _check_mapping(name: str, value) -> Mapping:
+    if not isinstance(value, Mapping):
+        raise SmoothcertError(f"{name} must be a mapping, got {type(value).__name__}")
     return value
 
 
@@ -191,18 +305,8 @@ def _check_name(kind: str, value, known) -> str:
     return value
 
 
-def _check_range(name: str, value, low: float, high: float) -> float:
-    """low <= value < high."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not low <= value < high:
-        raise SmoothcertError(f"{name} must be a number in [{low}, {high}), got {value!r}")
-    return float(value)
-
-
 def _check_nesterov(nesterov, momentum) -> bool:
-    if not isinstance(nesterov, bool):
-        raise SmoothcertError(f"nesterov must be true or false, got {nesterov!r}")
-    if nesterov and not momentum > 0:
+    if check_bool("nesterov", nesterov) and not momentum > 0:
         raise SmoothcertError("nesterov momentum needs momentum > 0")
     return nesterov
 
@@ -252,22 +356,72 @@ def _known_archs():
     return MODELS
 
 
+# --------------------------------------------------------------------------- choices
+def _summary(obj, width: int = 180) -> str:
+    """A one-line summary of ``obj`` for help texts: the first sentence of its docstring, without
+    paper titles (the summary keeps authors and venue; the docstring has the title) or markup,
+    cut after at most ``width`` characters ('' for no docstring)."""
+    text = " ".join((inspect.getdoc(obj) or "").split("\n\n")[0].split())
+    text = re.sub(r',? "[^"]*"', "", text).replace("``", "")
+    text = re.split(r"(?<!\bal)\. (?=[A-Z])", text)[0].rstrip(".")
+    if len(text) > width:
+        text = text[: width - 1].rsplit(" ", 1)[0] + ","
+    return text[:-1].rstrip() + " …" if text.endswith((",", ":", ";")) else text
+
+
+def _described(registry: Mapping[str, Any]) -> dict[str, str]:
+    return {name: _summary(entry) for name, entry in registry.items()}
+
+
+def _keyword_choices(registry: Mapping[str, type]) -> dict[str, str]:
+    """Each class's summary and the defaults of its keyword-only parameters (a method's
+    hyperparameters, a σ mode's parameters)."""
+    return {name: _with_defaults(_summary(cls), cls) for name, cls in registry.items()}
+
+
+def _with_defaults(text: str, cls: type) -> str:
+    params = inspect.signature(cls.__init__).parameters.values()
+    defaults = [f"{p.name}={p.default!r}" for p in params if p.kind is p.KEYWORD_ONLY]
+    return f"{text} [{', '.join(defaults)}]" if defaults else text
+
+
+def _dataset_choices() -> dict[str, str]:
+    return {name: _dataset_summary(spec) for name, spec in DATASETS.items()}
+
+
+def _dataset_summary(spec) -> str:
+    c, h, w = spec.input_shape
+    classes = f"{spec.num_classes} classes" if spec.num_classes else "classes from the folder"
+    if spec.streamed:
+        return f"{classes}, {c}×S×S inputs (--image-size, default {h}), image folder streamed " \
+               "from --data-root"
+    return f"{classes}, {c}×{h}×{w} inputs, held in memory"
+
+
+def _arch_choices() -> dict[str, str]:
+    zoos = {f"{zoo}:NAME": _summary(build) for zoo, build in EXTERNAL_ZOOS.items()}
+    return {**_described(MODELS), **zoos}
+
+
 # --------------------------------------------------------------------------- schedules
+SCHEDULES: Registry = Registry("lr_schedule")
+"""Learning-rate schedules by name: ``SCHEDULES[name](optimizer, config)``, stepped once per
+epoch."""
+
+
+@SCHEDULES.register("step")
 def _step(opt, c: TrainConfig) -> LRScheduler:
+    """lr × lr_gamma every lr_step_size epochs (Cohen et al. 2019: × 0.1 every 30)."""
     return StepLR(opt, step_size=c.lr_step_size, gamma=c.lr_gamma)
 
 
+@SCHEDULES.register("multistep")
 def _multistep(opt, c: TrainConfig) -> LRScheduler:
+    """lr × lr_gamma at each of the lr_milestones epochs."""
     return MultiStepLR(opt, milestones=list(c.lr_milestones), gamma=c.lr_gamma)
 
 
+@SCHEDULES.register("constant")
 def _constant(opt, c: TrainConfig) -> LRScheduler:
+    """The same lr in every epoch."""
     return MultiStepLR(opt, milestones=[], gamma=1.0)
-
-
-SCHEDULES: dict[str, Callable[[Any, TrainConfig], LRScheduler]] = {
-    "step": _step,
-    "multistep": _multistep,
-    "constant": _constant,
-}
-"""Learning-rate schedules by name, each stepped once per epoch."""

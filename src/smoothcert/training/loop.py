@@ -22,9 +22,10 @@ of the same architecture and dataset, for methods that fine-tune a pretrained cl
 
 With ``sigma_mode="data_dependent"`` (Alfarra et al., "Data Dependent Randomized Smoothing",
 UAI 2022, Algorithm 2) every training example keeps its own σ across epochs; before each step
-the σ of the batch's examples take ``dd_steps`` steps of OptimizeSigma
-(:func:`smoothcert.sigma_optimization.optimize_sigma`) and the method trains each example at its σ
-(see :class:`smoothcert.sigma_optimization.PerExampleSigma`). The σ of all examples are saved with
+the σ of the batch's examples take ``num_steps`` steps of OptimizeSigma
+(:func:`smoothcert.sigma_optimization.optimize_sigma`; ``sigma_mode_params``) and the method trains
+each example at its σ (see :class:`smoothcert.training.sigma_modes.PerExampleSigma`). The noise
+is ``NOISES[config.noise]`` (Gaussian by default). The σ of all examples are saved with
 every checkpoint (``train_state["per_example_sigma"]``, indexed like the training split) and
 summarised in the log (``sigma_mean``, ``sigma_min``, ``sigma_max``).
 """
@@ -35,7 +36,6 @@ import collections
 import itertools
 import logging
 import math
-import os
 import statistics
 import sys
 import time
@@ -55,16 +55,16 @@ except ImportError:  # Windows
 from ..data import ImageDataset, augment, balanced_subset, load_dataset
 from ..distributed import World, join, merge_rows
 from ..errors import SmoothcertError, check_count
+from ..io import append_rows, read_tsv, trim_tsv, write_text_atomic
 from ..methods import EpochContext, build_method
 from ..models import build_model
 from ..models.checkpoint import checkpoint_meta, load_checkpoint, save_checkpoint
-from ..noise import Gaussian
+from ..noise import NOISES
 from ..rng import derived_seed
 from ..runs.inputs import default_workers
-from ..runs.records import write_text_atomic
 from ..tensors import eval_mode
 from .config import SCHEDULES, TrainConfig  # noqa: F401  (re-exported: the public names)
-from .sigma_modes import SIGMA_MODES
+from .sigma_modes import build_sigma_mode
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +105,9 @@ class Trainer:
             _load_initial_weights(self.model, config)
         self.train_model = self.world.wrap(self.model)  # what the method's loss runs
         self.method = build_method(config.method, **config.method_params)
-        self.noise = Gaussian(config.sigma)  # the run's σ: test accuracy, epoch hooks
-        self.per_example_sigma = SIGMA_MODES[config.sigma_mode](
-            config, len(self.train_data), self.device
-        )
+        self.noise = NOISES[config.noise](config.sigma)  # the run's σ: test accuracy, epoch hooks
+        self.per_example_sigma = build_sigma_mode(config.sigma_mode, **config.sigma_mode_params)
+        self.per_example_sigma.start(config.noise, config.sigma, len(self.train_data), self.device)
         self.optimizer = SGD(
             self.model.parameters(),
             lr=config.lr,
@@ -294,15 +293,10 @@ class Trainer:
         method: each one is a knob to tune)."""
         spec, c = self.train_data.spec, self.config
         meta = checkpoint_meta(
-            arch=c.arch,
-            dataset=c.dataset,
-            num_classes=spec.num_classes,
-            input_shape=spec.input_shape,
-            mean=spec.mean,
-            std=spec.std,
-            noise={"name": "gaussian", "sigma": c.sigma},
-            method={"name": c.method, "hparams": self.method.hparams()},
-            epoch=self.epoch,
+            arch=c.arch, dataset=c.dataset, num_classes=spec.num_classes,
+            input_shape=spec.input_shape, mean=spec.mean, std=spec.std,
+            noise={"name": c.noise, "sigma": c.sigma},
+            method={"name": c.method, "hparams": self.method.hparams()}, epoch=self.epoch,
             config=c.to_dict(),
             arch_kwargs=c.arch_kwargs,
             classes=getattr(self.train_data, "classes", None),
@@ -576,6 +570,9 @@ def _checkpoint_to_resume(config: TrainConfig, path: Path, resume: bool):
 
 
 def _check_same_config(config: TrainConfig, meta: dict, path: Path) -> None:
+    """The checkpoint's config must be ``config``. One written by an older version (the
+    ``dd_*`` keys, no ``noise``: Gaussian, fields added since at their defaults) is read by
+    :meth:`TrainConfig.from_dict` as the config it ran, so such runs resume."""
     if not isinstance(meta.get("config"), dict):
         raise SmoothcertError(f"{path} holds no training config; it cannot be resumed")
     stored = TrainConfig.from_dict(meta["config"])
@@ -613,6 +610,7 @@ class _EpochLog:
 
     Rows are written before the epoch's checkpoint; on resume, rows after the checkpoint's epoch
     (and a torn last line) are dropped, so the file always has exactly one row per saved epoch.
+    The file is a TSV file of :mod:`smoothcert.io`, written as the record files are.
     """
 
     def __init__(self, path: Path, epoch: int):
@@ -620,28 +618,12 @@ class _EpochLog:
         if epoch == 0:
             path.unlink(missing_ok=True)
         elif path.exists():
-            _trim_log(path, epoch)
+            trim_tsv(path, lambda header, row: len(row) == len(header) and int(row[0]) <= epoch)
 
     def append(self, row: dict[str, float]) -> None:
         new = not self.path.exists() or self.path.stat().st_size == 0
-        header = list(row) if new else self.path.read_text().split("\n", 1)[0].split("\t")
+        header = list(row) if new else read_tsv(self.path)[0]
         if sorted(header) != sorted(row):
             raise RuntimeError(f"log columns changed: {header} vs {list(row)}")
-        with open(self.path, "a") as f:
-            if new:
-                f.write("\t".join(header) + "\n")
-            f.write("\t".join(_cell(row[k]) for k in header) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-
-def _cell(value) -> str:
-    return repr(float(value)) if isinstance(value, float) else str(value)
-
-
-def _trim_log(path: Path, epoch: int) -> None:
-    lines = path.read_text().split("\n")
-    header, rows = lines[0], lines[1:-1]  # lines[-1]: "" or a torn line
-    width = len(header.split("\t"))
-    kept = [r for r in rows if len(r.split("\t")) == width and int(r.split("\t")[0]) <= epoch]
-    write_text_atomic(path, "\n".join([header, *kept]) + "\n")
+        with open(self.path, "a", encoding="utf-8") as f:
+            append_rows(f, ([header] if new else []) + [[row[k] for k in header]])

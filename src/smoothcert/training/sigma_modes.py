@@ -4,54 +4,128 @@
 * ``data_dependent``: Alfarra et al., "Data Dependent Randomized Smoothing", Algorithm 2 — every
   example keeps its own σ across epochs, moved by OptimizeSigma
   (:func:`smoothcert.sigma_optimization.optimize_sigma`) before each step.
+
+A σ mode is built as a training method is: its parameters (``TrainConfig.sigma_mode_params``,
+``--sigma-param KEY=VALUE``) are keyword-only ``__init__`` arguments with defaults, checked there,
+and :func:`build_sigma_mode` is the boundary that names the valid ones. The trainer then calls
+:meth:`SigmaMode.start` once with the run's noise and training-set size, and
+:meth:`SigmaMode.noise_for` before every step.
 """
 
 from __future__ import annotations
 
+import abc
+from typing import Any
+
 import torch
 
 from .. import sigma_optimization
-from ..errors import SmoothcertError
-from ..noise import Gaussian
-from ..registry import Registry
+from ..errors import SmoothcertError, check_count, check_positive_finite
+from ..noise import NOISES
+from ..registry import Registry, keyword_defaults
 
 SIGMA_MODES: Registry = Registry("sigma mode")
-"""``TrainConfig.sigma_mode`` -> class built as ``cls(config, num_examples, device)``."""
+"""``TrainConfig.sigma_mode`` -> :class:`SigmaMode` subclass (built by :func:`build_sigma_mode`)."""
 
 
-@SIGMA_MODES.register("fixed")
-class FixedSigma:
-    """``sigma_mode="fixed"``: every example is trained at the run's σ."""
+def build_sigma_mode(name: str, **params: Any) -> SigmaMode:
+    """The registered σ mode ``name`` with the given parameters (the rest at their defaults).
 
-    def __init__(self, config, num_examples: int, device: torch.device):
-        self.noise = Gaussian(config.sigma)
+    Raises :class:`SmoothcertError` for an unknown name, an unknown parameter or an invalid
+    value, naming the valid choices.
+    """
+    return SIGMA_MODES.build(name, "parameter", **params)
 
-    def noise_for(self, model, x, idx, generator, epoch: int) -> Gaussian:
-        """The noise to train the batch ``x`` (training-set indices ``idx``) with."""
-        return self.noise
+
+class SigmaMode(abc.ABC):
+    """How the σ of each training example is chosen.
+
+    Subclasses take their parameters as keyword-only ``__init__`` arguments with defaults,
+    validate them there (raising :class:`SmoothcertError`), store each as an attribute of the same
+    name, and implement :meth:`start` and :meth:`noise_for`.
+    """
+
+    per_sample: bool = False
+    """True if examples are trained at their own σ (a (B,) tensor): the config then refuses a
+    method whose ``supports_per_sample_sigma`` is False."""
+
+    @classmethod
+    def param_names(cls) -> list[str]:
+        """The keyword-only constructor arguments, in declaration order."""
+        return list(keyword_defaults(cls))
+
+    def params(self) -> dict[str, Any]:
+        """Parameters as plain Python values (stored in configs and checkpoints)."""
+        return {k: getattr(self, k) for k in self.param_names()}
+
+    def check_epochs(self, epochs: int) -> None:
+        """Raise :class:`SmoothcertError` if a run of ``epochs`` epochs cannot use this mode."""
+        return None
+
+    @abc.abstractmethod
+    def start(self, noise: str, sigma: float, num_examples: int, device: torch.device) -> None:
+        """Prepare for a run whose noise is ``NOISES[noise](sigma)`` and whose training set has
+        ``num_examples`` examples; per-example state lives on ``device``."""
+
+    @abc.abstractmethod
+    def noise_for(self, model, x, idx, generator, epoch: int):
+        """The noise to train the batch ``x`` (training-set indices ``idx``) with in ``epoch``;
+        any draw comes from ``generator``."""
 
     def log_columns(self) -> dict[str, float]:
+        """Scalars for the epoch's log row (none by default)."""
         return {}
 
     def state(self) -> torch.Tensor | None:
+        """What a checkpoint must keep to resume (None: nothing)."""
         return None
 
     def load_state(self, state) -> None:
+        """Restore what :meth:`state` returned."""
         return None
 
 
+@SIGMA_MODES.register("fixed")
+class FixedSigma(SigmaMode):
+    """Every example is trained at the run's σ."""
+
+    def start(self, noise: str, sigma: float, num_examples: int, device: torch.device) -> None:
+        self.noise = NOISES[noise](sigma)
+
+    def noise_for(self, model, x, idx, generator, epoch: int):
+        return self.noise
+
+
 @SIGMA_MODES.register("data_dependent")
-class PerExampleSigma:
-    """``sigma_mode="data_dependent"``: Alfarra et al. 2022, Algorithm 2.
+class PerExampleSigma(SigmaMode):
+    """Every example keeps its own σ, moved by OptimizeSigma before its steps (Alfarra et al.
+    2022, Algorithm 2).
 
     ``sigmas`` (N,) holds one σ per training example (float32, on the training device),
-    initialised to ``config.sigma``. From epoch ``dd_start_epoch`` on, each batch first runs
-    OptimizeSigma on its examples, starting from their stored σ (``dd_steps`` ascent steps of size
-    ``dd_step_size`` on the soft certified radius, ``dd_num_samples`` draws per step, from the
-    run's training generator), stores the result back, and is trained with
-    ``Gaussian(sigmas[idx])``: example i at its own σ_i. So every example's σ moves ``dd_steps``
-    steps per epoch and each epoch starts from the σ of the previous one ("we initialize σ at each
-    epoch with σ computed at the previous epoch", §3.6).
+    initialised to the run's σ. From epoch ``start_epoch`` on, each batch first runs
+    OptimizeSigma on its examples, starting from their stored σ (``num_steps`` ascent steps of
+    size ``step_size`` on the soft certified radius of the run's noise, ``num_samples`` draws per
+    step, from the run's training generator), stores the result back, and is trained with the
+    run's noise at ``sigmas[idx]``: example i at its own σ_i. So every example's σ moves
+    ``num_steps`` steps per epoch and each epoch starts from the σ of the previous one ("we
+    initialize σ at each epoch with σ computed at the previous epoch", §3.6).
+
+    The parameters default to the authors' training scripts
+    (MotasemAlfarra/Data_Dependent_Randomized_Smoothing, ``ImageNet/train_rs.py``,
+    ``ImageNet/train_macer.py``), which the paper's training runs follow:
+
+    - ``num_steps`` = 1: K, gradient-ascent steps on σ per visit of an example, i.e. per epoch
+      (``--iter_sig_tr`` default 1; the CIFAR-10 ``train_macer.py`` default is 10);
+    - ``step_size`` = 1e-4: α_σ, the step on σ per unit gradient of the soft radius, in pixel
+      units (``--lr_sig`` default in every script; the paper's α = 0.0001);
+    - ``num_samples`` = 1: n, noise draws per step (``--gaussian_num_ds`` default 1; paper,
+      App. H.3: n = 1 "for ease of computation" in training, n = 8 as an ablation);
+    - ``start_epoch`` = 0: epochs trained at the fixed σ before σ_x is optimised
+      (``--epoch-switch`` default 0; the paper's CIFAR-10 Cohen runs use 50 of 200 epochs).
+
+    Configs written before ``sigma_mode_params`` existed call them ``dd_steps``,
+    ``dd_step_size``, ``dd_num_samples`` and ``dd_start_epoch``
+    (:data:`smoothcert.training.config.LEGACY_SIGMA_PARAMS`).
 
     As in the authors' scripts (``train`` in ``ImageNet/train_rs.py``, ``CIFAR10/train_macer.py``)
     σ is optimised per batch right before that batch's step, on the same (augmented) inputs the
@@ -59,25 +133,40 @@ class PerExampleSigma:
     :func:`~smoothcert.sigma_optimization.optimize_sigma` runs the model in eval mode (BatchNorm
     with its running statistics, which the extra forward passes leave untouched), where the
     authors' training scripts leave it in train mode. Indices repeated within one batch get one
-    of their optimised values. The test-accuracy column keeps using ``config.sigma`` (the authors'
+    of their optimised values. The test-accuracy column keeps using the run's σ (the authors'
     default ``--iter_sig_ts 0`` leaves the test σ at its initial value during training).
     """
 
-    def __init__(self, config, num_examples: int, device: torch.device):
-        self.config = config
-        self.fixed = Gaussian(config.sigma)
-        self.sigmas = torch.full((num_examples,), config.sigma, device=device)
+    per_sample = True
 
-    def noise_for(self, model, x, idx, generator, epoch: int) -> Gaussian:
-        c = self.config
-        if epoch < c.dd_start_epoch:
+    def __init__(self, *, num_steps: int = 1, step_size: float = 1e-4, num_samples: int = 1,
+                 start_epoch: int = 0):
+        self.num_steps = check_count("num_steps", num_steps)
+        self.step_size = check_positive_finite("step_size", step_size)
+        self.num_samples = check_count("num_samples", num_samples)
+        self.start_epoch = check_count("start_epoch", start_epoch, minimum=0)
+
+    def check_epochs(self, epochs: int) -> None:
+        if self.start_epoch >= epochs:
+            raise SmoothcertError(
+                f"start_epoch ({self.start_epoch}) of sigma mode data_dependent must be below "
+                f"epochs ({epochs}), or no epoch trains with data-dependent σ"
+            )
+
+    def start(self, noise: str, sigma: float, num_examples: int, device: torch.device) -> None:
+        self.noise_name, self.noise_type = noise, NOISES[noise]
+        self.fixed = self.noise_type(sigma)
+        self.sigmas = torch.full((num_examples,), sigma, device=device)
+
+    def noise_for(self, model, x, idx, generator, epoch: int):
+        if epoch < self.start_epoch:
             return self.fixed
         sigma = sigma_optimization.optimize_sigma(  # looked up per call: tests stand it in
-            model, x, self.sigmas[idx], num_steps=c.dd_steps, step_size=c.dd_step_size,
-            num_samples=c.dd_num_samples, generator=generator,
+            model, x, self.sigmas[idx], num_steps=self.num_steps, step_size=self.step_size,
+            num_samples=self.num_samples, generator=generator, noise=self.noise_name,
         ).to(self.sigmas)
         self.sigmas[idx] = sigma
-        return Gaussian(sigma)
+        return self.noise_type(sigma)
 
     def log_columns(self) -> dict[str, float]:
         """Mean, min and max σ over the training set (one host synchronisation per epoch)."""

@@ -1,0 +1,133 @@
+"""Certifiers: one per-input program per algorithm, registered by name.
+
+A certifier turns one input into one record row. The dataset runner (``runs/runner.py``) owns
+everything around it — the model and the examples, the per-example generators seeded from
+(seed, idx), resuming, sharding, timing, the record file — and drives the programs of many
+inputs through the one Monte Carlo engine, so that forward batches are filled across inputs.
+A certifier's options are keyword-only constructor arguments with defaults (as a training
+method's hyperparameters, ``methods/base.py``); :func:`build_certifier` is the boundary that
+checks them, and the options, completed with the defaults, are part of a run's identity.
+
+To add a certifier, write ``certifiers/<name>.py`` with one ``@register_certifier`` class; the
+contract test (``tests/test_certifier_contract.py``) then runs it on the closed-form halfspace
+oracle, through a kill and a resume, and through shards and a merge.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import SmoothcertError
+from ..registry import Registry, keyword_defaults
+from ..smoothing import Certificate
+
+CERTIFIERS: Registry = Registry("certifier")
+
+LEGACY_NAMES = {"uniform": ("certify", "uniform"),
+                "data-dependent-uniform": ("data-dependent", "uniform")}
+"""Certifier names from before noise was an axis -> (certifier, noise). They keep working, and
+their runs keep the identity (and the record files) they had."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a certifier may use across a run: rows already written (when resuming) included."""
+
+    config: Any  # runs.runner.RunConfig
+    smoothed: Any  # smoothing.Smoothed, with the run's noise at the run's σ
+    dataset: Any  # runs.inputs.Examples: example(idx) -> (x, label)
+    done: Any  # runs.records.Records of this shard's file (empty without a file)
+    device: torch.device
+
+
+class Certifier(abc.ABC):
+    """A per-input algorithm of the dataset runner.
+
+    Subclasses take their options as keyword-only ``__init__`` arguments with defaults, validate
+    them there (raising :class:`SmoothcertError`), store each as an attribute of the same name,
+    and implement :meth:`program`. Class attributes: ``columns`` of its records (the runner adds
+    idx, label, time and seed), ``needs_n0`` (it takes CERTIFY's selection draws ``n0``),
+    ``noises`` (the noise names whose certificate it computes; None: every registered noise).
+    """
+
+    name: str = ""
+    columns: tuple = ()
+    needs_n0: bool = False
+    noises: tuple | None = None
+
+    @classmethod
+    def option_defaults(cls) -> dict[str, Any]:
+        """The keyword-only constructor arguments and their defaults, in declaration order."""
+        return keyword_defaults(cls)
+
+    def options(self) -> dict[str, Any]:
+        """The options as plain values (the run identity's ``options``)."""
+        return {k: getattr(self, k) for k in self.option_defaults()}
+
+    def shardable(self) -> bool:
+        """Whether examples may be split across shards (false when the certificate of one input
+        depends on the others', e.g. the data-dependent memory)."""
+        return True
+
+    def start(self, run: RunContext) -> None:
+        """Called once per run before any program, with the rows already written when resuming:
+        a certifier that keeps state across inputs rebuilds it here."""
+        return None
+
+    @abc.abstractmethod
+    def program(self, run: RunContext, x: torch.Tensor, label: int, idx: int,
+                generator: torch.Generator) -> Generator:
+        """The engine program of one input x (C, H, W): it yields ``sampling.Draws`` requests,
+        receives their counts, and returns the row's own columns as a dict. Every random draw
+        comes from ``generator`` (seeded from (seed, idx)). A program may also compute without
+        yielding (e.g. gradient steps, soft scores); the runner times it all the same."""
+
+
+def register_certifier(name: str) -> Callable[[type[Certifier]], type[Certifier]]:
+    """Class decorator: make a :class:`Certifier` runnable as ``--certifier name``."""
+
+    def register(cls: type[Certifier]) -> type[Certifier]:
+        cls.name = name
+        return CERTIFIERS.register(name)(cls)
+
+    return register
+
+
+def build_certifier(cls: type[Certifier], given: dict) -> Certifier:
+    """``cls`` with the options ``given`` (the rest at their defaults), checked: unknown names and
+    values of another type than the default's are refused with one clear line."""
+    defaults = cls.option_defaults()
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        valid = ", ".join(defaults) or "(none)"
+        raise SmoothcertError(f"certifier {cls.name!r} has no option {', '.join(unknown)}; "
+                              f"valid: {valid}")
+    return cls(**{key: typed(key, given.get(key, default), default)
+                  for key, default in defaults.items()})
+
+
+def typed(key: str, value, default):
+    """``value`` as the type of the option's default (an int is accepted for a float)."""
+    kind = type(default)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if default is not None and not isinstance(value, kind):
+        raise SmoothcertError(f"option {key} must be of type {kind.__name__}, got {value!r}")
+    return value
+
+
+CERTIFY_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time",
+                   "p_lower", "nA", "n0", "n", "alpha", "sigma", "seed")
+
+
+def certificate_row(c: Certificate, label: int) -> dict:
+    """The columns of a CERTIFY record from a :class:`Certificate` (−1: abstention)."""
+    predict = -1 if c.abstained else c.prediction
+    return {"predict": predict, "radius": c.radius, "correct": int(predict == label),
+            "p_lower": c.p_lower, "nA": c.count, "n0": c.n0, "n": c.n, "alpha": c.alpha,
+            "sigma": c.sigma}

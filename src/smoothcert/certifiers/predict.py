@@ -1,0 +1,24 @@
+"""PREDICT (Cohen, Rosenfeld & Kolter 2019, Algorithm 1): a class or an abstention per input."""
+
+from __future__ import annotations
+
+from .certifier import Certifier, register_certifier
+
+
+@register_certifier("predict")
+class Predict(Certifier):
+    """Cohen et al.'s PREDICT with the run's noise (:meth:`smoothcert.Smoothed.predict_program`):
+    the top class of ``n`` votes, or an abstention when the two-sided binomial test of the top two
+    counts has p-value > α. Guarantee: a class other than the smoothed classifier's g(x) is
+    returned with probability at most α (Cohen et al., Thm. 2)."""
+
+    columns = ("idx", "label", "predict", "correct", "time",
+               "count", "runner_up", "pvalue", "n", "alpha", "sigma", "seed")
+
+    def program(self, run, x, label, idx, generator):
+        cfg = run.config
+        p = yield from run.smoothed.predict_program(x, cfg.n, cfg.alpha, generator)
+        predict = -1 if p.abstained else p.prediction
+        return {"predict": predict, "correct": int(predict == label), "count": p.count,
+                "runner_up": p.runner_up_count, "pvalue": p.pvalue, "n": p.n,
+                "alpha": p.alpha, "sigma": cfg.sigma}

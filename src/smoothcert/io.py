@@ -1,0 +1,148 @@
+"""File helpers shared by the records, the training log, checkpoints, plots and reports.
+
+* **Atomic writes** (:func:`atomic_write`): a file is written to a temporary file beside it,
+  fsynced and renamed over the old one, so a reader or a crash sees the old file or the new one,
+  never a mix.
+* **Hashing** (:func:`file_sha256`): the fingerprint of a checkpoint in a run's identity and in an
+  imported checkpoint's provenance.
+* **TSV** files (record files and ``log.tsv``): a header line, then one row per line, cells
+  separated by tabs. Rows are appended and fsynced as they are produced (:func:`append_rows`);
+  a process killed while appending leaves a *torn* last line without its newline, which
+  :func:`read_tsv` never returns and :func:`trim_tsv` drops before a resumed run appends. Cells
+  are written by :func:`format_value`: floats with ``repr`` (the shortest string that reads back
+  to the same float), booleans as 0/1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from .errors import SmoothcertError
+
+
+# --------------------------------------------------------------------------- atomic writes
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
+    """A new file object whose content replaces ``path`` when the block ends without error.
+
+    It writes ``.NAME.<random>.tmp`` in ``path``'s folder (text as UTF-8, or bytes); at the end
+    of the block the file is flushed, fsynced and renamed over ``path`` (``os.replace``), and the
+    folder is fsynced so that the rename survives a crash. If the block raises, the temporary
+    file is removed and ``path`` is left as it was. A new file gets the permissions of a plain
+    ``open`` (0o666 less the umask). The folder must exist.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "xb" if binary else "x", encoding=None if binary else "utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Replace ``path`` by ``text`` (UTF-8) with :func:`atomic_write`."""
+    with atomic_write(path) as f:
+        f.write(text)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: dict) -> None:
+    """Replace ``path`` by ``obj`` as indented JSON with sorted keys, atomically."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Make a rename in ``folder`` durable; a no-op where folders cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- hashing
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a checkpoint file's bytes, as 64 hex digits, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as e:
+        raise SmoothcertError(f"cannot read checkpoint {path}: {e.strerror}") from e
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- TSV files
+def format_value(value) -> str:
+    """One TSV cell: integers and booleans (as 0/1) in decimal, floats with ``repr`` (full
+    precision, ``nan``/``inf`` as Python writes them), anything else with ``str``."""
+    if isinstance(value, (bool, np.bool_)):
+        return str(int(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    return str(value)
+
+
+def format_row(values: Iterable) -> str:
+    """One TSV line, newline included."""
+    return "\t".join(format_value(v) for v in values) + "\n"
+
+
+def append_rows(file: IO[str], rows: Iterable[Iterable]) -> None:
+    """Append ``rows`` (each a sequence of cell values) to the open text ``file``, then flush and
+    fsync it: when this returns, the rows are on disk."""
+    for row in rows:
+        file.write(format_row(row))
+    file.flush()
+    os.fsync(file.fileno())
+
+
+def read_tsv(path: str | os.PathLike) -> list[list[str]]:
+    """The complete lines of a TSV file (the header first), each split into its cells.
+
+    What follows the last newline (nothing, or a torn line) is left out. Raises ``OSError`` or
+    ``UnicodeDecodeError`` as reading the file does.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    return [line.split("\t") for line in text.split("\n")[:-1]]
+
+
+def trim_tsv(
+    path: str | os.PathLike, keep: Callable[[list[str], list[str]], bool] | None = None
+) -> None:
+    """Drop a torn last line, and every row for which ``keep(header, row)`` (cells) is false.
+
+    The file is rewritten atomically, and only when something is dropped.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    lines = data.split(b"\n")[:-1]
+    header = lines[0].decode("utf-8").split("\t") if lines else []
+    kept = lines[:1] + [line for line in lines[1:]
+                        if keep is None or keep(header, line.decode("utf-8").split("\t"))]
+    if data.endswith(b"\n") and len(kept) == len(lines) or not data:
+        return
+    with atomic_write(path, binary=True) as f:
+        f.write(b"".join(line + b"\n" for line in kept))

@@ -1,0 +1,86 @@
+"""The contract every registered certifier keeps, with every noise it certifies with (as
+``test_methods.py`` does for training methods): sound on the closed-form halfspace oracle, the
+same rows after a kill and a resume, and the same rows from shards and a merge (or sharding
+refused, when its certificates depend on one global order)."""
+
+import pytest
+import torch
+
+from conftest import Halfspace, dying_writer
+from smoothcert.certifiers import CERTIFIERS
+from smoothcert.errors import SmoothcertError
+from smoothcert.noise import NOISES
+from smoothcert.runs import certify_dataset
+from smoothcert.runs.records import merge_records, read_records, shard_path
+
+B = 0.2  # the hyperplane x[0, 0, 0] = B; class 1 beyond it
+POINTS = (-0.5, -0.2, 0.1, 0.18, 0.25, 0.45, 0.7, 0.9)
+CASES = [(name, noise) for name in sorted(CERTIFIERS)
+         for noise in (CERTIFIERS[name].noises or sorted(NOISES))]
+
+
+def oracle():
+    """The halfspace f(x) = [x₀ > B] along one axis: its smoothed classifier's exact radius at x
+    is |x₀ − B| in L2 and in L1 (one coordinate), under Gaussian and uniform noise alike (and
+    the soft smoothed classifier of its logits (−z, z) has the same decision boundary)."""
+    w = torch.zeros(1, 4, 4)
+    w[0, 0, 0] = 1.0
+    xs = torch.zeros(len(POINTS), 1, 4, 4)
+    xs[:, 0, 0, 0] = torch.tensor(POINTS)
+    labels = (xs[:, 0, 0, 0] > B).long()
+    return Halfspace(w, b=B, input_shape=(1, 4, 4)), torch.utils.data.TensorDataset(xs, labels)
+
+
+def run(name, noise, **kwargs):
+    model, data = oracle()
+    return certify_dataset(model, data, certifier=name, noise=noise, sigma=0.5, n0=50, n=2000,
+                           alpha=0.001, batch=500, seed=3, num_classes=2, **kwargs)
+
+
+def without_time(rows):
+    """The rows by idx, without the wall-time column (rows come in the order their programs
+    finish, which for a sequential test depends on the inputs' draws, not on their idx)."""
+    return [{k: v for k, v in row.items() if k != "time"}
+            for row in sorted(rows, key=lambda r: r["idx"])]
+
+
+@pytest.mark.parametrize(("name", "noise"), CASES)
+def test_sound_on_the_halfspace_oracle(name, noise):
+    rows = run(name, noise)
+    assert sorted(int(r["idx"]) for r in rows) == list(range(len(POINTS)))
+    answered = [r for r in rows if r["predict"] >= 0]
+    assert answered, "every input abstained: the test would prove nothing"
+    for row in answered:
+        x0 = POINTS[int(row["idx"])]
+        assert row["predict"] == int(x0 > B), row
+        if "radius" in row and row.get("guarantee") != "heuristic":
+            assert row["radius"] <= abs(x0 - B) + 1e-9, row  # never past the true radius
+    if "radius" in CERTIFIERS[name].columns:
+        assert max(r["radius"] for r in answered) > 0
+
+
+@pytest.mark.parametrize(("name", "noise"), CASES)
+def test_resumes_after_a_kill_to_the_rows_of_an_uninterrupted_run(name, noise, tmp_path,
+                                                                   monkeypatch):
+    whole = run(name, noise, out=tmp_path / "whole.tsv")
+    restore = dying_writer(monkeypatch, rows=3, torn="5\t1\t")
+    with pytest.raises(KeyboardInterrupt):
+        run(name, noise, out=tmp_path / "cut.tsv")
+    restore()
+    resumed = run(name, noise, out=tmp_path / "cut.tsv")
+    assert without_time(resumed) == without_time(whole)
+
+
+@pytest.mark.parametrize(("name", "noise"), CASES)
+def test_shards_merge_to_one_run_or_sharding_is_refused(name, noise, tmp_path):
+    whole = run(name, noise)
+    out = tmp_path / "s.tsv"
+    if not CERTIFIERS[name]().shardable():
+        with pytest.raises(SmoothcertError, match="needs every input in one run"):
+            run(name, noise, out=out, shard=(0, 2))
+        assert not list(tmp_path.iterdir())
+        return
+    for k in range(2):
+        run(name, noise, out=out, shard=(k, 2))
+    merged = merge_records([shard_path(out, k, 2) for k in range(2)], tmp_path / "m.tsv")
+    assert without_time(read_records(merged).rows()) == without_time(whole)
