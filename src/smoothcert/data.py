@@ -67,7 +67,8 @@ class DatasetSpec:
 
     @property
     def streamed(self) -> bool:
-        return self.opener is not None
+        """Whether examples are decoded from files as they are needed (an image folder)."""
+        return callable(self.opener)
 
 
 DATASETS: Registry = Registry("dataset")

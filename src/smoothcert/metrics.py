@@ -114,6 +114,7 @@ class Summary:
 
     @property
     def has_radius(self) -> bool:
+        """Whether the file certifies radii (CERTIFY-like) rather than only predicting."""
         return self.acr is not None
 
 
