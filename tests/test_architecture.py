@@ -75,3 +75,15 @@ def test_each_plugin_folder_holds_its_registrations():
             assert cls.__module__.startswith(f"smoothcert.{folder}."), (name, cls.__module__)
     statistics = {p.stem for p in (PACKAGE / "stats").glob("*.py")} - {"__init__"}
     assert statistics == {"binomial", "sequential_tests", "margins"}
+
+
+def test_statistics_are_torch_free():
+    """``stats/`` is pure NumPy/SciPy float64: it can be checked against closed forms without a
+    model, and never inherits a tensor's dtype or device."""
+    for path in (PACKAGE / "stats").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = {alias.name.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, (ast.Import, ast.ImportFrom))
+                 for alias in (node.names if isinstance(node, ast.Import) else
+                               [ast.alias(node.module or "")])}
+        assert "torch" not in names, path.name
