@@ -281,8 +281,7 @@ def test_train_help_lists_every_registered_name_with_a_description(capsys, monke
     assert set(listed) == set(registries)
     for flag, registry in registries.items():
         assert list(listed[flag])[: len(registry)] == list(registry), flag
-        if registry is not MODELS:  # lenet and cifar_resnet* have no docstring yet
-            assert all(listed[flag].values()), flag
+        assert all(listed[flag].values()), flag
     assert list(listed["--arch"])[len(MODELS):] == ["torchvision:NAME", "timm:NAME"]
     assert all(listed["--arch"][zoo] for zoo in ("torchvision:NAME", "timm:NAME"))
     method = listed["--method"]["gaussian"]
@@ -292,6 +291,21 @@ def test_train_help_lists_every_registered_name_with_a_description(capsys, monke
         "[num_steps=1, step_size=0.0001, num_samples=1, start_epoch=0]")
     assert listed["--noise"]["uniform"].startswith("Uniform noise δ ~ U[−λ, λ]^d")
     assert listed["--dataset"]["digits"] == "10 classes, 1×8×8 inputs, held in memory"
+
+
+def test_certify_help_lists_every_certifier_with_its_options_and_every_noise(capsys,
+                                                                             monkeypatch):
+    from smoothcert.certifiers import CERTIFIERS
+    from smoothcert.noise import NOISES
+
+    monkeypatch.setenv("COLUMNS", "250")  # one line per listed name
+    assert main(["certify", "--help"]) == 0
+    listed = listed_names(capsys.readouterr().out)
+    assert list(listed) == ["--certifier", "--noise"]
+    assert list(listed["--certifier"]) == list(CERTIFIERS)
+    assert list(listed["--noise"]) == list(NOISES)
+    assert all(listed["--certifier"].values()) and all(listed["--noise"].values())
+    assert listed["--certifier"]["sequential"].endswith("[radii='auto', test='union']")
 
 
 def test_train_help_has_a_flag_for_every_config_field_with_its_default(capsys, monkeypatch):

@@ -361,6 +361,7 @@ def _run_args(p, *, with_n0: bool):
                        help="the certification algorithm (default: Cohen et al.'s CERTIFY); "
                             "uniform and data-dependent-uniform are the former names of "
                             "certify and data-dependent with --noise uniform")
+        p.epilog = _certifiers_epilog()
     p.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of the certifier (repeatable)")
     _noise_args(p)
@@ -371,6 +372,19 @@ def _run_args(p, *, with_n0: bool):
                                        "radius --n draws can certify); --n is its n_max")
     _monte_carlo_args(p)
     _dataset_run_args(p)
+
+
+def _certifiers_epilog() -> str:
+    """Every certifier (its options, set with --opt, in brackets with their defaults) and noise."""
+    from .certifiers import CERTIFIERS
+    from .noise import NOISES
+    from .training.config import described, keyword_choices
+
+    lines = ["names (a certifier's options, set with --opt, in brackets with their defaults):",
+             "", "--certifier NAME"]
+    lines += [f"{name}\t{text}" for name, text in keyword_choices(CERTIFIERS).items()]
+    lines += ["", "--noise NAME"] + [f"{name}\t{text}" for name, text in described(NOISES).items()]
+    return "\n".join(lines)
 
 
 def _noise_args(p) -> None:

@@ -7,8 +7,9 @@ from .certifier import CERTIFY_COLUMNS, Certifier, certificate_row, register_cer
 
 @register_certifier("certify")
 class Certify(Certifier):
-    """Cohen et al.'s CERTIFY with the run's noise (:meth:`smoothcert.Smoothed.certify_program`).
+    """Cohen et al.'s CERTIFY: a class and a radius σΦ⁻¹(p_lower) (L1 for uniform noise).
 
+    :meth:`smoothcert.Smoothed.certify_program` with the run's noise:
     ĉ_A from ``n0`` selection draws, n_A from ``n`` fresh draws, p_lower the one-sided
     Clopper–Pearson bound at level α. Guarantee: with probability ≥ 1−α, the smoothed classifier
     predicts ``predict`` on the ball of ``radius`` around x — σΦ⁻¹(p_lower) in L2 for Gaussian

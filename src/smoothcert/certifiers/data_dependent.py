@@ -211,7 +211,9 @@ DD_COLUMNS = CERTIFY_COLUMNS[:-1] + ("predict_mc", "radius_mc", "adjusted", "see
 
 @register_certifier("data-dependent")
 class DataDependent(Certifier):
-    """Alfarra et al.'s certification with a σ per input (this module's doc): σ_x from
+    """Alfarra et al.: CERTIFY at a σ_x per input, through the memory that keeps it sound.
+
+    See this module's doc: σ_x from
     OptimizeSigma (Algorithm 1: ``num_steps`` steps of ``step_size`` with ``num_samples`` draws
     each, from the run's σ), CERTIFY at σ_x with the run's noise, then, with ``memory``, the
     memory classifier of Algorithm 3."""

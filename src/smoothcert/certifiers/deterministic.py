@@ -73,8 +73,9 @@ def deterministic_program(smoothed: Smoothed, x, n: int, alpha: float, generator
 
 @register_certifier("deterministic")
 class Deterministic(Certifier):
-    """:func:`certify_deterministic` on every input: the clean prediction, certified with the
-    run's ``n`` draws at level α (no selection draws)."""
+    """Campbell et al.: the clean prediction f(x), certified with the run's n draws at level α.
+
+    :func:`certify_deterministic` on every input (no selection draws)."""
 
     columns = CERTIFY_COLUMNS
 

@@ -158,7 +158,9 @@ SELECTIONS = ("clean", "draws")
 
 @register_certifier("lbound")
 class LBound(Certifier):
-    """:func:`certify_lbound` on every input with the run's ``n`` and α: ``bound`` is the margin
+    """Campbell et al.'s L-bound of the soft smoothed classifier, with a confidence bound.
+
+    :func:`certify_lbound` on every input with the run's ``n`` and α: ``bound`` is the margin
     bound (:data:`~smoothcert.stats.margins.BOUNDS`), ``select`` picks the class from the clean
     input or from ``n0`` selection draws. Gaussian noise only (its Lipschitz constant)."""
 
@@ -185,7 +187,9 @@ class LBound(Certifier):
 
 @register_certifier("lbound-heuristic")
 class LBoundHeuristic(Certifier):
-    """:func:`lbound_heuristic` on every input: one clean forward pass, no draws, no guarantee."""
+    """Campbell et al.'s L-bound from f's own softmax: one forward pass, no guarantee.
+
+    :func:`lbound_heuristic` on every input."""
 
     columns = HEURISTIC_COLUMNS
     noises = ("gaussian",)

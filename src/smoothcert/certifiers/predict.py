@@ -7,9 +7,11 @@ from .certifier import Certifier, register_certifier
 
 @register_certifier("predict")
 class Predict(Certifier):
-    """Cohen et al.'s PREDICT with the run's noise (:meth:`smoothcert.Smoothed.predict_program`):
-    the top class of ``n`` votes, or an abstention when the two-sided binomial test of the top two
-    counts has p-value > α. Guarantee: a class other than the smoothed classifier's g(x) is
+    """Cohen et al.'s PREDICT: a class, or an abstention, with no radius.
+
+    :meth:`smoothcert.Smoothed.predict_program` with the run's noise: the top class of ``n``
+    votes, or an abstention when the two-sided binomial test of the top two counts has
+    p-value > α. Guarantee: a class other than the smoothed classifier's g(x) is
     returned with probability at most α (Cohen et al., Thm. 2)."""
 
     columns = ("idx", "label", "predict", "correct", "time",

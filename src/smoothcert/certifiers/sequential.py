@@ -119,7 +119,9 @@ SEQUENTIAL_COLUMNS = CERTIFY_COLUMNS[:-1] + ("n_max", "p_upper", "stopped", "see
 
 @register_certifier("sequential")
 class Sequential(Certifier):
-    """Sequential certification at a grid of radii (this module's doc): ``radii`` is ``auto`` or
+    """CERTIFY's answer at a grid of radii, with far fewer draws (stops once it is decided).
+
+    See this module's doc: ``radii`` is ``auto`` or
     a grid (``--radii``), ``test`` the sequential test (:data:`SEQUENTIAL_TESTS`); the run's
     ``n`` is n_max. Gaussian noise only: the grid's thresholds are Φ(r/σ)."""
 

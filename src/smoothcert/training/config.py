@@ -103,13 +103,13 @@ class TrainConfig:
     epochs: int = field(metadata=_doc("passes over the training set"))
     method: str = field(default="gaussian", metadata=_doc(
         "the training method (its loss)", metavar="NAME",
-        choices=lambda: _keyword_choices(METHODS)))
+        choices=lambda: keyword_choices(METHODS)))
     method_params: dict = field(default_factory=dict, metadata=_doc(
         "a hyperparameter of the method, e.g. --param num_noise=4 (repeatable; each method's "
         "defaults are listed below)", flag="--param", metavar="KEY=VALUE"))
     noise: str = field(default="gaussian", metadata=_doc(
         "the distribution of the training noise", metavar="NAME",
-        choices=lambda: _described(NOISES)))
+        choices=lambda: described(NOISES)))
     batch_size: int = field(default=256, metadata=_doc(
         "examples per optimizer step (the global batch under torchrun)", flag="--batch"))
     lr: float = field(default=0.1, metadata=_doc("learning rate of SGD"))
@@ -119,7 +119,7 @@ class TrainConfig:
     weight_decay: float = field(default=1e-4, metadata=_doc("L2 weight decay of SGD"))
     lr_schedule: str = field(default="step", metadata=_doc(
         "how the learning rate changes, once per epoch", metavar="NAME",
-        choices=lambda: _described(SCHEDULES)))
+        choices=lambda: described(SCHEDULES)))
     lr_step_size: int = field(default=30, metadata=_doc(
         "step schedule: lr × lr_gamma every this many epochs", metavar="EPOCHS"))
     lr_milestones: tuple[int, ...] = field(default=(30, 60), metadata=_doc(
@@ -137,7 +137,7 @@ class TrainConfig:
         flag="--init-from", metavar="PATH"))
     sigma_mode: str = field(default="fixed", metadata=_doc(
         "how the σ of each training example is chosen", metavar="NAME",
-        choices=lambda: _keyword_choices(SIGMA_MODES)))
+        choices=lambda: keyword_choices(SIGMA_MODES)))
     sigma_mode_params: dict = field(default_factory=dict, metadata=_doc(
         "a parameter of the σ mode, e.g. --sigma-param start_epoch=4 (repeatable; each mode's "
         "defaults are listed below; --dd-steps, --dd-step-size, --dd-num-samples and "
@@ -369,11 +369,11 @@ def _summary(obj, width: int = 180) -> str:
     return text[:-1].rstrip() + " …" if text.endswith((",", ":", ";")) else text
 
 
-def _described(registry: Mapping[str, Any]) -> dict[str, str]:
+def described(registry: Mapping[str, Any]) -> dict[str, str]:
     return {name: _summary(entry) for name, entry in registry.items()}
 
 
-def _keyword_choices(registry: Mapping[str, type]) -> dict[str, str]:
+def keyword_choices(registry: Mapping[str, type]) -> dict[str, str]:
     """Each class's summary and the defaults of its keyword-only parameters (a method's
     hyperparameters, a σ mode's parameters)."""
     return {name: _with_defaults(_summary(cls), cls) for name, cls in registry.items()}
@@ -400,7 +400,7 @@ def _dataset_summary(spec) -> str:
 
 def _arch_choices() -> dict[str, str]:
     zoos = {f"{zoo}:NAME": _summary(build) for zoo, build in EXTERNAL_ZOOS.items()}
-    return {**_described(MODELS), **zoos}
+    return {**described(MODELS), **zoos}
 
 
 # --------------------------------------------------------------------------- schedules
