@@ -40,10 +40,10 @@ from dataclasses import dataclass
 import torch
 
 from ..attacks import ATTACKS, FreshNoiseObjective, SoftSmoothedObjective, draw_noises
-from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
-from ..tensors import model_device
-from ..smoothing import Prediction, Smoothed
 from ..certifiers.certifier import Certifier
+from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
+from ..smoothing import Prediction, Smoothed
+from ..tensors import model_device
 from .runner import EVALUATIONS
 
 MAX_BUDGETS = 10_000  # an ε grid longer than this is a typo

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
+from ..certifiers import CERTIFIERS, LEGACY_NAMES, Certifier, RunContext, build_certifier
+from ..certifiers.certifier import typed
 from ..data import load_dataset
 from ..errors import (
     SmoothcertError,
@@ -32,8 +33,6 @@ from ..errors import (
     check_positive_finite,
     check_probability,
 )
-from ..certifiers import CERTIFIERS, LEGACY_NAMES, Certifier, RunContext, build_certifier
-from ..certifiers.certifier import typed
 from ..models.checkpoint import versions
 from ..noise import NOISES
 from ..registry import Registry
@@ -41,7 +40,6 @@ from ..rng import example_generator
 from ..sampling import BatchedVotes
 from ..smoothing import Smoothed
 from ..tensors import eval_mode
-from .records import Records, global_indices, open_records, read_records, shard_indices, shard_path
 from .inputs import (
     Examples,
     ModelSource,
@@ -49,6 +47,7 @@ from .inputs import (
     file_sha256,  # noqa: F401  (re-exported for the CLI and the demo)
     load_source,
 )
+from .records import Records, global_indices, open_records, read_records, shard_indices, shard_path
 
 
 @dataclass(frozen=True)
