@@ -253,7 +253,9 @@ def test_fashion_mnist_system_folder_is_searched(tmp_path, monkeypatch):
     write_idx_dataset(system, gz=True)
     monkeypatch.setattr(data_mod, "FASHION_MNIST_SYSTEM_DIR", system)
     assert len(load_dataset("fashion-mnist", "test", data_root=None, download=False)) == 3
-    assert len(load_dataset("fashion-mnist", "test", data_root=tmp_path / "x", download=False)) == 3
+    empty = tmp_path / "x"  # a --data-root that exists but lacks the files
+    empty.mkdir()
+    assert len(load_dataset("fashion-mnist", "test", data_root=empty, download=False)) == 3
 
 
 def test_real_fashion_mnist_test_split(monkeypatch):

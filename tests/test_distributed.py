@@ -310,7 +310,7 @@ def test_torchrun_certifies_an_image_folder_with_one_progress_bar(tmp_path):
     root = write_folder(tmp_path / "data")
     checkpoint = folder_checkpoint(tmp_path / "r18.pt", list(CLASSES))
     run = ["certify", str(checkpoint), "--data-root", str(root), "--n0", "8", "--n", "40",
-           "--batch", "32", "--workers", "1", "--device", "cpu", "--out"]
+           "--batch", "32", "--workers", "1", "--device", "cpu", "--progress", "always", "--out"]
     done = torchrun("-m", "smoothcert.cli", "--", *run, "sharded.tsv", cwd=tmp_path)
     assert "certify sharded.shard0-of-2.tsv" in done.stderr  # rank 0's bar
     assert "shard1-of-2.tsv:" not in done.stderr and "certify sharded.shard1" not in done.stderr

@@ -52,6 +52,20 @@ def test_atomic_write_gives_a_new_file_the_umask_permissions(tmp_path):
     assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o644
 
 
+
+@pytest.mark.parametrize("mode", [0o664, 0o600])
+def test_atomic_write_keeps_the_permissions_of_the_file_it_replaces(tmp_path, mode):
+    path = tmp_path / "doc.md"
+    path.write_text("old\n")
+    path.chmod(mode)
+    umask = os.umask(0o077)  # stricter than the file: the replacement must not take it
+    try:
+        write_text_atomic(path, "new\n")
+    finally:
+        os.umask(umask)
+    assert path.read_text() == "new\n"
+    assert path.stat().st_mode & 0o777 == mode
+
 def test_json_is_indented_with_sorted_keys_and_a_final_newline(tmp_path):
     write_json_atomic(tmp_path / "m.json", {"b": 1, "a": [1.5, None]})
     text = (tmp_path / "m.json").read_text()

@@ -340,3 +340,82 @@ def test_cli_agreement(tmp_path, capsys):
     assert main(["report", a, "--agreement"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "pairs" in err[1]
+
+
+def _legend_and_lines(fig):
+    (ax,) = fig.axes
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    vertical = [line for line in ax.get_lines() if line.get_linestyle() == ":"
+                and len(set(line.get_xdata())) == 1]
+    return ax, texts, vertical
+
+
+def test_plot_is_ready_for_a_paper(tmp_path):
+    """σ, n, α in the title (shared) or the legend (differing), certified accuracy in % as in
+    the tables, and a dotted line at the largest radius n draws can certify: σΦ⁻¹(α^(1/n))."""
+    from scipy.stats import norm
+
+    from smoothcert.plots import certified_accuracy_figure
+
+    other = [(*row[:-2], 0.25, 0) for row in OURS_ROWS]  # σ = 0.25 instead of 0.5
+    records = [read_records(write_tsv(tmp_path / f"{name}.tsv", OURS_HEADER, rows))
+               for name, rows in (("s050", OURS_ROWS), ("s025", other))]
+    ax, texts, vertical = _legend_and_lines(certified_accuracy_figure(records))
+    assert ax.get_title() == "n=100000, α=0.001"
+    assert texts[:2] == ["s050 (σ=0.5)", "s025 (σ=0.25)"]
+    assert "%" in ax.get_ylabel() and ax.get_ylim()[1] == pytest.approx(102.0)
+    assert max(ax.get_lines()[0].get_ydata()) == pytest.approx(100 * 2 / 3)
+    limits = sorted(line.get_xdata()[0] for line in vertical)
+    expected = [s * norm.ppf(0.001 ** (1 / 100_000)) for s in (0.25, 0.5)]  # 0.96, 1.92
+    assert limits == pytest.approx(expected, rel=1e-12)
+    assert texts[2:] == ["largest radius n draws can certify"]  # one entry for both lines
+    s050, s025 = (tuple(line.get_color()) for line in ax.get_lines()[:2])
+    by_x = sorted((line.get_xdata()[0], tuple(line.get_color())) for line in vertical)
+    assert [color for _, color in by_x] == [s025, s050]  # each line in its curve's color
+    assert ax.get_xlim()[1] == pytest.approx(1.05 * expected[1])
+
+
+def test_plot_of_files_without_parameters_keeps_their_names(files):
+    from smoothcert.plots import certified_accuracy_figure
+
+    ax, texts, vertical = _legend_and_lines(certified_accuracy_figure([read_records(files[0])]))
+    assert texts == ["cohen_noise_0.25"] and ax.get_title() == "" and not vertical
+    assert max(ax.get_lines()[0].get_ydata()) == pytest.approx(100 * CLEAN)
+
+
+def test_plot_marks_the_limit_of_cli_certify_files_only(tmp_path):
+    """A smoothcert CERTIFY file (manifest task certify) gets the line; a sequential one does
+    not (its grid, not n, limits it), but its n_max comes from the manifest."""
+    from smoothcert.plots import certified_accuracy_figure, n_limited_radius
+
+    path = write_tsv(tmp_path / "c.tsv", OURS_HEADER, OURS_ROWS)
+    manifest = {"identity": {"task": "certify", "sigma": 0.5, "n": 100000, "alpha": 0.001}}
+    (tmp_path / "c.tsv.manifest.json").write_text(json.dumps(manifest))
+    assert n_limited_radius(read_records(path)) == pytest.approx(1.9057, abs=1e-4)
+    manifest["identity"]["task"] = "sequential"
+    (tmp_path / "c.tsv.manifest.json").write_text(json.dumps(manifest))
+    ax, texts, vertical = _legend_and_lines(certified_accuracy_figure([read_records(path)]))
+    assert not vertical and ax.get_title() == "σ=0.5, n=100000, α=0.001"
+
+
+def test_every_report_column_is_defined_in_help_and_readme(capsys):
+    """`report --help` (its epilog) and the README's "Reading the tables" define every column of
+    every table report prints, "clean acc" as the certified accuracy at r = 0 included."""
+    from pathlib import Path
+
+    from smoothcert.cli import main
+    from smoothcert.report import ENVELOPE, attack_table, certification_table, training_table
+
+    headers = {*certification_table([], (0.5,)).headers, *attack_table([], (0.5,)).headers,
+               *training_table([]).headers, "adjusted", ENVELOPE, "first", "second", "agree"}
+    generic = {"r=0.5": "r=R", "d≤0.5": "d≤D"}
+    headers = {generic.get(h, h) for h in headers}
+    assert main(["report", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Reading the tables", 1)[1].split("\n## ", 1)[0]
+    for h in headers:
+        assert f" {h.replace('≤', '<=')} " in help_text or f" {h}, " in help_text, h
+        assert f"`{h}`" in section, h
+    definition = "for CERTIFY files this is the certified accuracy at r = 0"
+    assert definition in help_text and definition in section

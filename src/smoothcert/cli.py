@@ -111,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What an interrupted command's user does next. ``train`` refuses an existing run folder unless
+# told to continue it, so its hint names --resume; certify, predict, attack and demo resume by
+# rerunning the same command (their record files are resumable); the others just start again.
+RESUME_HINTS = {"train": "rerun the same command with --resume to continue",
+                **dict.fromkeys(("report", "merge", "import-checkpoint"),
+                                "rerun the same command")}
+
+
 def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -127,13 +135,70 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+    except (MemoryError, RuntimeError) as e:
+        if not _out_of_memory(e):
+            raise
+        print(f"smoothcert {args.command}: error: {_memory_advice(args, e)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
-        print("smoothcert: interrupted; rerun the same command to resume", file=sys.stderr)
+        hint = RESUME_HINTS.get(args.command, "rerun the same command to resume")
+        print(f"smoothcert {args.command}: interrupted; {hint}", file=sys.stderr)
         return 130
     return 0
 
 
+def _out_of_memory(e: BaseException) -> bool:
+    """Whether ``e`` says the device (or the host) could not hold an allocation:
+    ``torch.cuda.OutOfMemoryError``, CPU allocator failures, ``MemoryError``."""
+    if isinstance(e, MemoryError):
+        return True
+    text = str(e).lower()
+    return type(e).__name__ == "OutOfMemoryError" or any(
+        words in text for words in ("out of memory", "can't allocate memory",
+                                    "not enough memory", "cannot allocate memory"))
+
+
+def _memory_advice(args, e: BaseException) -> str:
+    """One line for an allocation that failed: which batch flag to lower, and what was kept."""
+    detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+    if hasattr(args, "batch"):  # certify, predict, attack, analyze
+        kept = ("; the rows already written are kept and a rerun resumes after them"
+                if getattr(args, "out", None) else "")
+        return (f"out of memory with --batch {args.batch} ({detail}); rerun with a smaller "
+                f"--batch{kept}")
+    if args.command == "train":
+        return (f"out of memory ({detail}); rerun with a smaller --batch, or on a device "
+                "with more memory; the last completed epoch's checkpoint is kept (--resume)")
+    return f"out of memory ({detail})"
+
+
 # --------------------------------------------------------------------------- shared arguments
+# Largest values of the integer flags: the engine counts votes in int64 and the statistics read
+# them as float64, exact up to 2**53; one forward batch is a torch tensor whose row count must
+# fit torch's int32 kernel indexing; example indices are int64.
+MAX_DRAWS = 2**53
+MAX_BATCH = 2**31 - 1
+MAX_INDEX = 2**63 - 1
+
+
+def _int_at_most(limit: int, why: str) -> Callable[[str], int]:
+    """An argparse type: an int no larger than ``limit`` (``why`` says where the limit is from)."""
+
+    def parse(text: str) -> int:
+        value = int(text)  # argparse turns a ValueError into "invalid int value"
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"must be at most {limit} ({why}), got {text}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+_DRAWS = _int_at_most(MAX_DRAWS, "2**53: vote counts are exact float64 integers")
+_BATCH = _int_at_most(MAX_BATCH, "2**31-1: rows of one forward batch")
+_INDEX = _int_at_most(MAX_INDEX, "2**63-1: int64 example indices")
+
+
 def resolve_device(name: str):
     import torch
 
@@ -155,7 +220,7 @@ def _workers_arg(p) -> None:
 
 
 def _add_common(p: argparse.ArgumentParser, data_root: bool = True) -> None:
-    """--device, --data-root (unless the command has its own) and --no-progress."""
+    """--device, --data-root (unless the command has its own) and --progress."""
     p.add_argument(
         "--device",
         choices=("auto", "cpu", "cuda"),
@@ -164,21 +229,35 @@ def _add_common(p: argparse.ArgumentParser, data_root: bool = True) -> None:
     )
     if data_root:
         p.add_argument("--data-root", default=None, help="folder holding the datasets' files")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--progress", choices=PROGRESS, default="auto",
+                   help="progress bars on stderr: auto draws them only when stderr is a "
+                        "terminal (a log file or a SLURM output would fill with carriage "
+                        "returns)")
+    p.add_argument("--no-progress", dest="progress", action="store_const", const="never",
+                   help="the same as --progress never")
+
+
+PROGRESS = ("auto", "always", "never")
+
+
+def _progress(args) -> bool:
+    """Whether to draw progress bars: ``--progress`` resolved against stderr, where they go."""
+    if args.progress == "auto":
+        return sys.stderr.isatty()
+    return args.progress == "always"
 
 
 def shard_from_env(env=os.environ) -> tuple[int, int]:
-    """(shard index, number of shards) from torchrun's RANK/WORLD_SIZE or a SLURM array."""
-    if "RANK" in env and "WORLD_SIZE" in env:
-        return int(env["RANK"]), int(env["WORLD_SIZE"])
-    if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
-        first = int(env.get("SLURM_ARRAY_TASK_MIN", 0))
-        return int(env["SLURM_ARRAY_TASK_ID"]) - first, int(env["SLURM_ARRAY_TASK_COUNT"])
-    return 0, 1
+    """(shard index, number of shards) from torchrun's RANK/WORLD_SIZE or a SLURM array; a
+    malformed variable is one SmoothcertError naming it."""
+    from .distributed import launcher_rank, slurm_array_task
+
+    return launcher_rank(env) or slurm_array_task(env) or (0, 1)
 
 
 def _shard(args) -> tuple[int, int]:
-    index, count = shard_from_env()
+    given = args.num_shards is not None and args.shard_index is not None
+    index, count = (0, 1) if given else shard_from_env()  # flags override the launcher's
     count = args.num_shards if args.num_shards is not None else count
     index = args.shard_index if args.shard_index is not None else index
     if count < 1 or not 0 <= index < count:
@@ -282,6 +361,12 @@ def cmd_train(args):
 
     recipe = load_recipe(args.config) if args.config else {}
     config = TrainConfig.from_dict(_train_fields(recipe, args))
+    if config.init_checkpoint is not None:
+        from .io import check_not_input
+        from .training.loop import CHECKPOINT
+
+        check_not_input(os.path.join(args.out, CHECKPOINT), [config.init_checkpoint],
+                        what="the --init-from checkpoint")
     if args.deterministic:
         import torch
 
@@ -291,7 +376,7 @@ def cmd_train(args):
         args.out,
         device=resolve_device(args.device),
         resume=args.resume,
-        progress=not args.no_progress,
+        progress=_progress(args),
         workers=args.workers,
     )
     if os.environ.get("RANK", "0") == "0":  # once under torchrun
@@ -366,7 +451,8 @@ def _run_args(p, *, with_n0: bool):
                    help="an option of the certifier (repeatable)")
     _noise_args(p)
     if with_n0:
-        p.add_argument("--n0", type=int, default=100, help="selection draws (default 100)")
+        p.add_argument("--n0", type=_DRAWS, default=100,
+                       help="selection draws, at most 2**53 (default 100)")
         p.add_argument("--radii", help="grid of radii of --certifier sequential, e.g. "
                                        "0,0.25,0.5 (default: 0.25 steps up to the largest "
                                        "radius --n draws can certify); --n is its n_max")
@@ -396,18 +482,21 @@ def _noise_args(p) -> None:
     p.add_argument("--sigma", type=float, help="noise level (default: the checkpoint's)")
 
 
-def _monte_carlo_args(p, n_help: str = "draws (default 100000)") -> None:
-    p.add_argument("--n", type=int, default=100_000, help=n_help)
+def _monte_carlo_args(p, n_help: str = "draws, at most 2**53 (default 100000)") -> None:
+    p.add_argument("--n", type=_DRAWS, default=100_000, help=n_help)
     p.add_argument("--alpha", type=float, default=0.001, help="failure probability")
-    p.add_argument("--batch", type=int, default=1000, help="noisy inputs per forward pass")
+    p.add_argument("--batch", type=_BATCH, default=1000,
+                   help="noisy inputs per forward pass, at most 2**31-1; lower it when the "
+                        "device runs out of memory")
 
 
 def _example_args(p, split: str, split_help: str, seed_help: str) -> None:
     """Which examples of which dataset, and the seed of their noise."""
     p.add_argument("--dataset", help="dataset (default: the checkpoint's)")
     p.add_argument("--split", default=split, choices=("train", "test"), help=split_help)
-    p.add_argument("--skip", type=int, default=1, help="take every skip-th example")
-    p.add_argument("--max", type=int, dest="max_count", help="at most this many examples")
+    p.add_argument("--skip", type=_INDEX, default=1, help="take every skip-th example")
+    p.add_argument("--max", type=_INDEX, dest="max_count",
+                   help="at most this many examples (at most 2**63-1)")
     p.add_argument("--seed", type=int, default=0, help=seed_help)
 
 
@@ -475,7 +564,7 @@ def _run_task(task: str, args, options: dict | None = None) -> None:
         workers=args.workers,
         engine={"precision": args.precision, "channels_last": args.channels_last,
                 "compile": args.compile},
-        progress=not args.no_progress and _is_main_rank(),
+        progress=_progress(args) and _is_main_rank(),
     )
     print(f"records: {shard_path(args.out, *shard)}")
 
@@ -544,7 +633,8 @@ def _attack_args(p):
     p.add_argument("--ddn-init-norm", type=float, default=d.ddn_init_norm,
                    help=f"DDN's first norm (default {d.ddn_init_norm})")
     _noise_args(p)
-    _monte_carlo_args(p, "PREDICT's draws at the clean and attacked inputs (default 100000)")
+    _monte_carlo_args(p, "PREDICT's draws at the clean and attacked inputs, at most 2**53 "
+                         "(default 100000)")
     _dataset_run_args(p)
 
 
@@ -586,9 +676,11 @@ def _grad_norms_args(p):
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="method hyperparameter (repeatable)")
     p.add_argument("--sigma", type=float, help="noise level (default: the checkpoint's)")
-    p.add_argument("--n", type=int, default=100,
-                   help="noisy draws per example for p̂_A (default 100, Sun et al.'s)")
-    p.add_argument("--batch", type=int, default=1000, help="noisy inputs per forward pass")
+    p.add_argument("--n", type=_DRAWS, default=100,
+                   help="noisy draws per example for p̂_A, at most 2**53 (default 100, Sun "
+                        "et al.'s)")
+    p.add_argument("--batch", type=_BATCH, default=1000,
+                   help="noisy inputs per forward pass, at most 2**31-1")
     _example_args(p, "train", "examples to measure (default: train, the data the loss weighs)",
                   "example idx draws from (seed, idx)")
     p.add_argument("--format", default="md", choices=sorted(FORMATS), help="table format")
@@ -616,19 +708,22 @@ def _grad_norms(args) -> None:
         args.checkpoint, args.method, _parse_params(args.param), sigma=args.sigma, n=args.n,
         batch_size=args.batch, dataset=args.dataset, split=args.split, skip=args.skip,
         max_count=args.max_count, seed=args.seed, device=resolve_device(args.device),
-        data_root=args.data_root, progress=not args.no_progress)
+        data_root=args.data_root, progress=_progress(args))
     print(formatter(easy_hard_table(easy_hard(result))), end="")
 
 
 # --------------------------------------------------------------------------- report / merge
+REPORT_RADII = "0:1:0.25"  # report's radii (attack files: distances) when --radii is not given
+
+
 def _report_args(p):
     from .report import FORMATS
 
     p.add_argument("files", nargs="+",
                    help="record files (smoothcert's or Cohen et al.'s; CERTIFY, PREDICT or "
                         "attack records); run folders with --train")
-    p.add_argument("--radii", default="0:1:0.25",
-                   help="start:stop:step or a comma list (attack files: distances)")
+    p.add_argument("--radii", help="start:stop:step or a comma list; attack files: distances "
+                                   f"(default: {REPORT_RADII})")
     p.add_argument("--format", default="md", choices=sorted(FORMATS), help="table format")
     p.add_argument("--plot", help="write certified accuracy vs radius (attack files: the "
                                   "attack curves) to this image file")
@@ -646,6 +741,48 @@ def _report_args(p):
                    help="also write the table into DOC, between the lines "
                         "<!-- report:BLOCK --> and <!-- /report:BLOCK --> (needs --block)")
     p.add_argument("--block", help="the block of --into DOC that receives the table")
+    p.epilog = REPORT_COLUMNS
+
+
+# Every column of report's tables (README.md, "Reading the tables", says the same).
+REPORT_COLUMNS = """\
+columns (md and latex show fractions in %, csv and json as fractions in [0, 1]; every fraction \
+is over all n examples of the file, abstentions included):
+
+CERTIFY and PREDICT files, one row per file
+name\tthe file (its name, made distinct where two files share one)
+n\texamples in the file
+clean acc\taccuracy of the smoothed classifier: correct predictions / n, abstentions count as \
+wrong; for CERTIFY files this is the certified accuracy at r = 0
+abstain\tabstentions (predict = -1) / n
+ACR\taverage certified radius: the mean over all n of radius if correct, else 0 (Zhai et al. 2020)
+r=R\tcertified accuracy at radius R: examples predicted correctly with radius >= R, / n \
+(empty for PREDICT files)
+adjusted\tdata-dependent files: certificates the memory-based certifier changed
+envelope\tthe row of --envelope: the best file at each radius (the σ-envelope); clean acc is \
+the best file's, n, abstain and ACR are empty
+
+attack files, one row per file
+attack\tthe attack (pgd or ddn)
+clean acc\tPREDICT correct at the clean input / n; only these examples are attacked
+attacked\tfraction of the attacked examples whose smoothed prediction was flipped
+median dist\tmedian distance to a flip over the attacked examples, a failed attack counting as \
+infinite
+mean dist\tmean distance over the flipped examples
+d<=D\tfraction of the attacked examples flipped within distance D
+
+--train: one row per run folder
+method\tthe training method
+#HP\tits number of hyperparameters
+epochs\tcompleted epochs (log.tsv)
+s/epoch\tmean seconds per epoch
+peak MB\tlargest peak memory of an epoch, in MB
+ACR\tof the first CERTIFY record file in the folder
+
+--agreement: one row per pair of files
+first, second\tthe two files
+agree\tfraction of (example, radius) pairs that both files certify or both do not
+r=R\ta/b: examples only the first file / only the second certifies at R"""
 
 
 @command(
@@ -657,20 +794,52 @@ def cmd_report(args):
 
     if (args.into is None) != (args.block is None):
         raise SmoothcertError("--into DOC and --block NAME go together")
+    _check_report_mode(args)
     if args.into is not None:
+        _check_into(args.into, args.files, args.train)
         check_block(args.into, args.block)
-    if args.train and args.agreement:
-        raise SmoothcertError("--train and --agreement are different tables; pick one")
+    radii = args.radii if args.radii is not None else REPORT_RADII
     if args.train:
         table = train_report(args.files, fmt=args.format)
     elif args.agreement:
-        table = agreement_report(args.files, args.radii, fmt=args.format)
+        table = agreement_report(args.files, radii, fmt=args.format)
     else:
-        table = report(args.files, parse_radii(args.radii), fmt=args.format, plot=args.plot,
+        table = report(args.files, parse_radii(radii), fmt=args.format, plot=args.plot,
                        envelope=args.envelope, ecdf=args.ecdf)
     if args.into is not None:
         splice_block(args.into, args.block, table)
     print(table, end="")
+
+
+def _check_report_mode(args) -> None:
+    """Refuse a flag that the chosen table would silently ignore."""
+    if args.train and args.agreement:
+        raise SmoothcertError("--train and --agreement are different tables; pick one")
+    mode = "--train" if args.train else "--agreement" if args.agreement else None
+    if mode is None:
+        return
+    given = {"--plot": args.plot is not None, "--envelope": args.envelope,
+             "--ecdf": args.ecdf is not None, "--radii": args.train and args.radii is not None}
+    ignored = [flag for flag, is_given in given.items() if is_given]
+    if ignored:
+        raise SmoothcertError(f"{' and '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} "
+                              f"not apply to {mode}; drop {'it' if len(ignored) == 1 else 'them'}"
+                              " or run report without " + mode)
+
+
+def _check_into(doc, files, train: bool) -> None:
+    """``--into DOC`` must not be a file the report reads: a record file or its manifest, or
+    (``--train``) a run folder's files."""
+    from .io import check_not_input
+    from .runs.records import manifest_path
+
+    if train:
+        from pathlib import Path
+
+        read = [f for folder in files for f in Path(folder).glob("*") if f.is_file()]
+    else:
+        read = [*files, *map(manifest_path, files)]
+    check_not_input(doc, read, "--into")
 
 
 def _merge_args(p):
@@ -680,8 +849,12 @@ def _merge_args(p):
 
 @command("merge", "validate shard record files and write their union", _merge_args)
 def cmd_merge(args):
-    from .runs.records import merge_records
+    from .io import check_not_input
+    from .runs.records import manifest_path, merge_records
 
+    inputs = [*args.files, *map(manifest_path, args.files)]
+    for out in (args.out, manifest_path(args.out)):  # the file and the manifest it writes
+        check_not_input(out, inputs)
     print(f"merged: {merge_records(args.files, args.out)}")
 
 
@@ -733,7 +906,7 @@ def _demo_args(p):
 def cmd_demo(args):
     from .demo import run_demo
 
-    run_demo(args.out, device=resolve_device(args.device), progress=not args.no_progress)
+    run_demo(args.out, device=resolve_device(args.device), progress=_progress(args))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import gzip
 import math
 import os
 import pickle
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import SmoothcertError
+from .io import file_sha256
 from .registry import Registry
 
 SPLITS = ("train", "test")
@@ -38,9 +40,14 @@ SPLITS = ("train", "test")
 # Where the Debian package ``dataset-fashion-mnist`` puts the four gzipped IDX files.
 FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
 
-# (images uint8 (N, C, H, W), labels int64 (N,), scale) from (split, data_root, download).
+# (images uint8 (N, C, H, W), labels int64 (N,), scale[, files read]) from (split, data_root,
+# download); the optional fourth item lists the paths read, for run manifests (data_files).
 # (String parts keep the alias valid at run time on Python 3.9.)
 Loader = Callable[[str, "Path | None", bool], "tuple[torch.Tensor, torch.Tensor, float]"]
+# Files up to this size are fingerprinted by their SHA-256 in a run's manifest (a few ms per
+# MiB: every dataset file we read, CIFAR-10's 31 MB batches included); larger ones by size and
+# modification time only.
+HASHED_FILE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,8 @@ class ImageDataset:
     images: torch.Tensor
     labels: torch.Tensor
     scale: float
+    files: tuple = ()
+    """The files the split was read from (:func:`describe_files`), for run manifests."""
 
     def __post_init__(self):
         if self.images.dtype != torch.uint8 or self.images.dim() != 4:
@@ -181,6 +190,33 @@ class ImageDataset:
         x, y = self.batch(torch.tensor([idx], dtype=torch.long))
         return x[0], int(y[0])
 
+    def data_files(self) -> dict:
+        """``{"files": [...]}``: each file read, see :func:`describe_files`."""
+        return {"files": list(self.files)}
+
+
+def data_files(dataset) -> dict | None:
+    """Which data files ``dataset`` was read from, for a run's manifest: ``{"files": [{path,
+    bytes, mtime[, sha256]}, ...]}`` for the in-memory datasets, ``{"folder", "classes",
+    "image_files"}`` for an image folder; None for a dataset that does not say (a user's own)."""
+    describe = getattr(dataset, "data_files", None)
+    return describe() if callable(describe) else None
+
+
+def describe_files(paths) -> tuple[dict, ...]:
+    """Each path's resolved location, size in bytes and modification time (UTC, ISO 8601),
+    with its SHA-256 when it is at most :data:`HASHED_FILE_BYTES`."""
+    described = []
+    for path in paths:
+        path = Path(path).resolve()
+        st = path.stat()
+        entry = {"path": str(path), "bytes": st.st_size,
+                 "mtime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.st_mtime))}
+        if st.st_size <= HASHED_FILE_BYTES:
+            entry["sha256"] = file_sha256(path)
+        described.append(entry)
+    return tuple(described)
+
 
 SUBSET_SEED = 0  # seed of the per-class permutations of balanced_subset
 
@@ -226,10 +262,16 @@ def load_dataset(
     if image_size is not None:
         raise SmoothcertError(f"--image-size is for image folders; {name} images are "
                               f"{spec.input_shape[1]}×{spec.input_shape[2]}")
+    if data_root is not None and not isinstance(data_root, (str, os.PathLike)):
+        raise SmoothcertError(f"data_root must be a folder path, got {data_root!r}")
     root = Path(data_root).expanduser() if data_root is not None else None
-    images, labels, scale = spec.loader(split, root, download)
+    if root is not None and not root.is_dir():  # a typo must not fall back to other folders
+        raise SmoothcertError(f"--data-root {root} does not exist or is not a folder; pass the "
+                              f"folder that holds the {name} files, or leave --data-root out")
+    images, labels, scale, *read = spec.loader(split, root, download)
     _check_loaded(spec, images, labels)
-    return ImageDataset(spec, split, images, labels, float(scale))
+    files = describe_files(read[0]) if read else ()
+    return ImageDataset(spec, split, images, labels, float(scale), files)
 
 
 def _check_loaded(spec: DatasetSpec, images: torch.Tensor, labels: torch.Tensor) -> None:
@@ -288,7 +330,14 @@ def _load_digits(split: str, data_root: Path | None, download: bool):
     # Values are integer counts 0..16 stored as float64; uint8 is exact.
     images = torch.from_numpy(bunch.data[rows].astype(np.uint8).reshape(-1, 1, 8, 8))
     labels = torch.from_numpy(bunch.target[rows].astype(np.int64))
-    return images, labels, 1.0 / 16.0
+    return images, labels, 1.0 / 16.0, [p for p in [_digits_file()] if p.is_file()]
+
+
+def _digits_file() -> Path:
+    """The file ``load_digits()`` reads, inside scikit-learn."""
+    import sklearn.datasets
+
+    return Path(sklearn.datasets.__file__).parent / "data" / "digits.csv.gz"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,7 +406,7 @@ def _read_idx_pair(pair: tuple[Path, Path]) -> tuple[torch.Tensor, torch.Tensor,
             f"(shapes {images.shape} and {labels.shape})"
         )
     images = torch.from_numpy(images.copy()).unsqueeze(1)  # (N, 1, H, W)
-    return images, torch.from_numpy(labels.astype(np.int64)), 1.0 / 255.0
+    return images, torch.from_numpy(labels.astype(np.int64)), 1.0 / 255.0, list(pair)
 
 
 @dataclass(frozen=True)
@@ -484,10 +533,11 @@ def _find_cifar_dir(folders: list[Path], split: str) -> Path | None:
 
 
 def _read_cifar_split(folder: Path, split: str):
-    parts = [read_cifar_batch(folder / name) for name in _CIFAR_FILES[split]]
+    files = [folder / name for name in _CIFAR_FILES[split]]
+    parts = [read_cifar_batch(path) for path in files]
     images = torch.from_numpy(np.concatenate([p[0] for p in parts]))
     labels = torch.from_numpy(np.concatenate([p[1] for p in parts]))
-    return images, labels, 1.0 / 255.0
+    return images, labels, 1.0 / 255.0, files
 
 
 def _download_cifar(root: Path) -> None:

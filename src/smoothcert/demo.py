@@ -27,7 +27,12 @@ RADII = "0:1:0.125"
 def run_demo(out, device="cpu", progress=True) -> str:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    # one line per step, so that a log without progress bars (not a terminal) still says where
+    # the couple of minutes go
+    print(f"training the digits CNN ({TRAIN.epochs} epochs, σ={SIGMA}) into {out / 'train'}",
+          flush=True)
     checkpoint = train(TRAIN, out / "train", device=device, resume=True, progress=progress)
+    print(f"certifying the digits test split (n={N}) into {out / 'certify.tsv'}", flush=True)
     cfg = RunConfig(task="certify", checkpoint_sha256=file_sha256(checkpoint), dataset="digits",
                     split="test", sigma=SIGMA, n=N, alpha=ALPHA, batch=BATCH, seed=0, n0=N0,
                     device_type=device.type if hasattr(device, "type") else str(device))

@@ -132,19 +132,63 @@ def merge_rows(world: World, values: torch.Tensor, mine: torch.Tensor) -> torch.
     return torch.where(owners > 0, total / owners.clamp_min(1), values)
 
 
+def env_int(name: str, env: Mapping[str, str] = os.environ, *, default: int | None = None,
+            minimum: int = 0) -> int:
+    """The integer ``env[name]`` set by a launcher (torchrun, SLURM), at least ``minimum``;
+    ``default`` when it is not set. Anything else is one SmoothcertError naming the variable."""
+    if name not in env and default is not None:
+        return default
+    text = env[name]
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise SmoothcertError(
+            f"environment variable {name}={text!r} must be an integer >= {minimum}; fix or "
+            "unset it (it is set by torchrun or SLURM)")
+    return value
+
+
+def launcher_rank(env: Mapping[str, str] = os.environ) -> tuple[int, int] | None:
+    """(RANK, WORLD_SIZE) as torchrun sets them, checked (0 <= RANK < WORLD_SIZE); None when
+    either is not set."""
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        return None
+    rank, size = env_int("RANK", env), env_int("WORLD_SIZE", env, minimum=1)
+    if rank >= size:
+        raise SmoothcertError(f"environment variable RANK={rank} must be below "
+                              f"WORLD_SIZE={size}; fix or unset them")
+    return rank, size
+
+
+def slurm_array_task(env: Mapping[str, str] = os.environ) -> tuple[int, int] | None:
+    """(task index from 0, task count) of a SLURM job array: SLURM_ARRAY_TASK_ID less
+    SLURM_ARRAY_TASK_MIN (0 when unset), of SLURM_ARRAY_TASK_COUNT; None outside an array. An id
+    outside MIN..MIN+COUNT−1 (an array with a step, or a list of ids) cannot name a shard."""
+    if "SLURM_ARRAY_TASK_ID" not in env or "SLURM_ARRAY_TASK_COUNT" not in env:
+        return None
+    task = env_int("SLURM_ARRAY_TASK_ID", env)
+    count = env_int("SLURM_ARRAY_TASK_COUNT", env, minimum=1)
+    first = env_int("SLURM_ARRAY_TASK_MIN", env, default=0)
+    if not first <= task < first + count:
+        raise SmoothcertError(
+            f"SLURM_ARRAY_TASK_ID={task} lies outside {first}..{first + count - 1} "
+            f"(SLURM_ARRAY_TASK_MIN..MIN+COUNT-1); use a contiguous array such as "
+            f"--array={first}-{first + count - 1}, or pass --shard-index and --num-shards")
+    return task - first, count
+
+
 def world_size_from_env(env: Mapping[str, str] = os.environ) -> int:
     """``WORLD_SIZE`` as torchrun sets it; 1 when absent."""
-    try:
-        return int(env.get("WORLD_SIZE", "1"))
-    except ValueError:
-        raise SmoothcertError(f"WORLD_SIZE must be an integer, got {env['WORLD_SIZE']!r}") from None
+    return env_int("WORLD_SIZE", env, default=1, minimum=1)
 
 
 def rank_device(device: torch.device, env: Mapping[str, str] = os.environ) -> torch.device:
     """The device of this rank: ``cuda`` without an index becomes ``cuda:LOCAL_RANK`` (one GPU
     per process); any other device is kept."""
     if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", int(env.get("LOCAL_RANK", "0")))
+        return torch.device("cuda", env_int("LOCAL_RANK", env, default=0))
     return device
 
 
@@ -160,6 +204,7 @@ def _check_launch_env(env: Mapping[str, str]) -> None:
             f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set; launch with "
             "torchrun, or unset WORLD_SIZE to train in one process"
         )
+    launcher_rank(env)  # RANK an integer below WORLD_SIZE
 
 
 @contextlib.contextmanager

@@ -105,6 +105,12 @@ class FolderDataset(torch.utils.data.Dataset):
         samples = tuple(self.samples[int(i)] for i in indices.tolist())
         return dataclasses.replace(self, samples=samples)
 
+    def data_files(self) -> dict:
+        """The split's folder, its class count and image files (not each file: there may be
+        millions), for run manifests."""
+        return {"folder": str(self.folder.resolve()), "classes": len(self.classes),
+                "image_files": len(self.samples)}
+
     def augmented(self, seed: int, epoch: int) -> FolderDataset:
         """The same examples under the training transform of epoch ``epoch``."""
         return dataclasses.replace(self, augment_seed=(int(seed), int(epoch)))

@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -38,12 +39,14 @@ def atomic_write(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
     of the block the file is flushed, fsynced and renamed over ``path`` (``os.replace``), and the
     folder is fsynced so that the rename survives a crash. If the block raises, the temporary
     file is removed and ``path`` is left as it was. A new file gets the permissions of a plain
-    ``open`` (0o666 less the umask). The folder must exist.
+    ``open`` (0o666 less the umask); a file replaced keeps its own permission bits (a shared
+    document at 0o664 stays 0o664, a private one at 0o600 stays private). The folder must exist.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         with open(tmp, "xb" if binary else "x", encoding=None if binary else "utf-8") as f:
+            _keep_mode(path, f.fileno())
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -52,6 +55,16 @@ def atomic_write(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def _keep_mode(path: Path, fd: int) -> None:
+    """Give the open temporary file ``fd`` the permission bits of the file it will replace."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return  # a new file: open() applied the umask
+    if hasattr(os, "fchmod"):  # not on Windows, whose files have no such bits
+        os.fchmod(fd, stat.S_IMODE(mode))
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -77,6 +90,28 @@ def fsync_dir(folder: str | os.PathLike) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether paths ``a`` and ``b`` name one file: equal once resolved (links, ``..``), or,
+    where both exist, the same file (``os.path.samefile``: hard links, case-insensitive
+    file systems)."""
+    a, b = Path(a).expanduser(), Path(b).expanduser()
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def check_not_input(out: str | os.PathLike, inputs: Iterable, flag: str = "--out",
+                    what: str = "which this command reads") -> None:
+    """Refuse to write ``out`` when it is one of ``inputs`` (see :func:`same_file`): an output
+    must never overwrite what the command reads. ``flag`` names the output in the message."""
+    for path in inputs:
+        if same_file(out, path):
+            raise SmoothcertError(f"{flag} would overwrite {path}, {what}; choose another {flag}")
 
 
 # --------------------------------------------------------------------------- hashing

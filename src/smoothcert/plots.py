@@ -25,31 +25,128 @@ def plot_certified_accuracy(
     records_list: Sequence[Records], path, max_radius: float | None = None,
     envelope: bool = False,
 ) -> Path:
-    """Plot certified accuracy against L2 radius, one exact step curve per file; save to ``path``.
+    """Plot certified accuracy (in %) against radius, one exact step curve per file; save to
+    ``path``. The figure is :func:`certified_accuracy_figure`'s.
+
+    The format follows the suffix of ``path`` (PNG if none); the file is written through a
+    temporary file in the same directory and a rename, so it is never half-written. Returns the
+    path.
+    """
+    return _save_atomic(certified_accuracy_figure(records_list, max_radius, envelope), Path(path))
+
+
+def certified_accuracy_figure(records_list: Sequence[Records], max_radius: float | None = None,
+                              envelope: bool = False):
+    """The figure of :func:`plot_certified_accuracy` (a matplotlib ``Figure``), ready to paste:
+
+    * y: certified accuracy in percent, as the tables show it; x: the certificate's radius (L2,
+      or L1 for uniform noise).
+    * The run parameters σ, n, α that all files share go into the title; those that differ go
+      into each file's legend entry, after its name.
+    * For CERTIFY files, a dotted vertical line marks the largest radius their ``n`` draws can
+      certify, σΦ⁻¹(α^(1/n)) for Gaussian noise (all n votes for the class: p_lower =
+      α^(1/n)); no curve can pass it, whatever the model.
 
     Files without a radius column (PREDICT files) are skipped; if none has one, SmoothcertError.
     With ``envelope`` the σ-envelope of the files (the best of them at each radius) is drawn on
     top as a dashed black curve. The x axis spans ``[0, max_radius]`` (default: 5% past the
-    largest certified radius). The format follows the suffix of ``path`` (PNG if none); the file
-    is written through a temporary file in the same directory and a rename, so it is never
-    half-written. Returns the path.
+    largest certified radius or marked limit).
     """
-    curves = {r.name: certified_accuracy_curve(r) for r in records_list if "radius" in r}
-    if not curves:
+    certified = [r for r in records_list if "radius" in r]
+    if not certified:
         raise SmoothcertError("no record file has a radius column; nothing to plot")
+    curves = [(r.name, certified_accuracy_curve(r)) for r in certified]  # names may repeat
+    params = [run_parameters(r) for r in certified]
+    limits = [n_limited_radius(r) for r in certified]
     if max_radius is None:
-        max_radius = MARGIN * max(float(r[-1]) for r, _ in curves.values()) or 1.0
+        largest = max([float(r[-1]) for _, (r, _) in curves]
+                      + [lim for lim in limits if lim is not None])
+        max_radius = MARGIN * largest or 1.0
     check_positive_finite("max_radius", max_radius)
-    fig, ax = _figure("L2 radius", "certified accuracy")
-    for name, (radii, acc) in curves.items():
+    fig, ax = _figure(f"{_radius_norm(certified)} radius", "certified accuracy (%)")
+    common = {k: v for k, v in params[0].items() if all(p.get(k) == v for p in params)}
+    colors = []
+    for (name, (radii, acc)), own in zip(curves, params):
         x, y = _clip_steps(radii, acc, max_radius)
-        ax.step(x, y, where="pre", label=name)  # value y[i] on (x[i-1], x[i]]
+        extra = _parameter_text({k: v for k, v in own.items() if k not in common})
+        label = f"{name} ({extra})" if extra else name
+        (line,) = ax.step(x, 100 * y, where="pre", label=label)  # value y[i] on (x[i-1], x[i]]
+        colors.append(line.get_color())
     if envelope:
         x, y = _clip_steps(*envelope_curve(records_list), max_radius)
-        ax.step(x, y, where="pre", label="envelope", color="black", linestyle="--",
+        ax.step(x, 100 * y, where="pre", label="envelope", color="black", linestyle="--",
                 linewidth=1.6)
-    _finish(ax, max_radius, "upper right")
-    return _save_atomic(fig, Path(path))
+    _mark_limits(ax, limits, colors)
+    if common:
+        ax.set_title(_parameter_text(common), fontsize="medium")
+    _finish(ax, max_radius, "upper right", y_max=102.0, curves=len(curves) + envelope)
+    return fig
+
+
+def _mark_limits(ax, limits: Sequence[float | None], colors: Sequence) -> None:
+    """A dotted vertical line at each distinct n-limited radius, in the color of its curve
+    (grey where several curves share it), with one legend entry for all of them."""
+    distinct = sorted({lim for lim in limits if lim is not None})
+    for lim in distinct:
+        owners = [c for c, other in zip(colors, limits) if other == lim]
+        ax.axvline(lim, color=owners[0] if len(owners) == 1 else "grey", linestyle=":",
+                   linewidth=1.2)
+    if distinct:  # the legend's sample in grey: it stands for every line
+        ax.plot([], [], color="grey", linestyle=":", linewidth=1.2,
+                label="largest radius n draws can certify")
+
+
+PARAMETERS = (("sigma", "σ"), ("n", "n"), ("alpha", "α"))  # record column, symbol
+
+
+def run_parameters(records: Records) -> dict[str, float]:
+    """σ, n and α of a record file, by column name: each column's value where all its rows
+    agree, else the manifest identity's (e.g. a sequential run's n_max); omitted where neither
+    says (Cohen et al.'s files)."""
+    identity = (records.manifest or {}).get("identity", {})
+    found = {}
+    for column, _ in PARAMETERS:
+        values = np.unique(records[column]) if column in records and len(records) else ()
+        if len(values) == 1:
+            found[column] = values[0].item()
+        elif isinstance(identity.get(column), (int, float)):
+            found[column] = identity[column]
+    return found
+
+
+def n_limited_radius(records: Records) -> float | None:
+    """The largest radius CERTIFY can return with the file's n draws at level α, the noise's
+    radius at p_lower = α^(1/n) (σΦ⁻¹(α^(1/n)) for Gaussian noise); None unless the file is a
+    CERTIFY file (its manifest's task, or the CERTIFY columns ``n0``, ``p_lower`` without a
+    manifest) with one σ, n and α."""
+    from .noise import NOISES
+
+    identity = (records.manifest or {}).get("identity")
+    if identity is not None and identity.get("task") != "certify":
+        return None
+    if identity is None and not ("n0" in records and "p_lower" in records):
+        return None
+    params = run_parameters(records)
+    if len(params) < len(PARAMETERS):
+        return None
+    noise = NOISES[(identity or {}).get("noise", "gaussian")](float(params["sigma"]))
+    return float(noise.radius(float(params["alpha"]) ** (1.0 / int(params["n"]))))
+
+
+def _parameter_text(params: dict) -> str:
+    """``σ=0.25, n=100000, α=0.001`` for the parameters given, in that order."""
+    return ", ".join(f"{symbol}={params[column]:g}" if column != "n" else
+                     f"{symbol}={int(params[column])}"
+                     for column, symbol in PARAMETERS if column in params)
+
+
+def _radius_norm(records_list: Sequence[Records]) -> str:
+    """``L1`` if every file's manifest says uniform noise (its certificate's norm), else ``L2``."""
+    from .noise import NOISES
+
+    norms = {NOISES[(r.manifest or {}).get("identity", {}).get("noise", "gaussian")].norm
+             for r in records_list}
+    return norms.pop().upper() if len(norms) == 1 else "L2"
 
 
 def plot_pa_ecdf(records_list: Sequence[Records], path) -> Path:
@@ -112,12 +209,16 @@ def _figure(xlabel: str, ylabel: str):
     return fig, ax
 
 
-def _finish(ax, x_max: float, legend: str) -> None:
+def _finish(ax, x_max: float, legend: str, y_max: float = 1.02,
+            curves: int | None = None) -> None:
+    """Axes limits, grid and legend: inside the axes unless more than LEGEND_INSIDE_MAX
+    ``curves`` (default: every legend entry) would hide them."""
     ax.set_xlim(0.0, x_max)
-    ax.set_ylim(0.0, 1.02)
+    ax.set_ylim(0.0, y_max)
     ax.grid(alpha=0.3)
-    labels = ax.get_legend_handles_labels()[1]
-    if len(labels) > LEGEND_INSIDE_MAX:  # a long legend would hide the curves: put it beside
+    if curves is None:
+        curves = len(ax.get_legend_handles_labels()[1])
+    if curves > LEGEND_INSIDE_MAX:  # a long legend would hide the curves: put it beside
         ax.figure.set_size_inches(8.0, 3.5)
         ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small")
     else:

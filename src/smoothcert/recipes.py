@@ -27,9 +27,21 @@ def _load(path: Path, seen: tuple) -> dict:
     base = fields.pop("base", None)
     if base is None:
         return fields
+    if not isinstance(base, str):
+        raise SmoothcertError(f"recipe {path}: base must be the path of a recipe (a string), "
+                              f"got {base!r}")
     inherited = _load(path.parent / base, seen + (path.resolve(),))
-    params = {**inherited.get("method_params", {}), **fields.get("method_params", {})}
+    params = {**_params(inherited, path.parent / base), **_params(fields, path)}
     return {**inherited, **fields, "method_params": params}
+
+
+def _params(fields: dict, path: Path) -> dict:
+    """The recipe's ``method_params`` (empty when absent), which a base merges key by key."""
+    params = fields.get("method_params")
+    if params is not None and not isinstance(params, dict):
+        raise SmoothcertError(f"recipe {path}: method_params must be a mapping of "
+                              f"hyperparameters, got {type(params).__name__} {params!r}")
+    return params or {}
 
 
 def _read(path: Path) -> dict:
@@ -39,4 +51,8 @@ def _read(path: Path) -> dict:
         raise SmoothcertError(f"cannot read recipe {path}: {e}") from e
     if not isinstance(data, dict):
         raise SmoothcertError(f"recipe {path} must be a mapping of TrainConfig fields")
+    odd = [key for key in data if not isinstance(key, str)]
+    if odd:
+        raise SmoothcertError(f"recipe {path}: keys must be TrainConfig field names, "
+                              f"got {odd[0]!r}")
     return data

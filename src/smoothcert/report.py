@@ -87,6 +87,8 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
             raise SmoothcertError("the envelope and the p̂_A ECDF need CERTIFY record files, "
                                   "not attack records")
         return formatter(_attack_report(records, radii, plot))
+    if envelope:
+        _check_same_examples(records)
     summaries = [summarize(r, radii) for r in records]
     table = certification_table(summaries, radii)
     if envelope:
@@ -106,6 +108,22 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
 
         plot_pa_ecdf(records, ecdf)
     return formatter(table)
+
+
+def _check_same_examples(records: Sequence) -> None:
+    """The σ-envelope takes the best file at each radius, so every file must certify the same
+    dataset split (as their manifests' identities say; files without a manifest, such as Cohen
+    et al.'s, are taken on trust)."""
+    seen = {}
+    for r in records:
+        identity = (r.manifest or {}).get("identity", {})
+        if "dataset" in identity:
+            seen.setdefault((identity["dataset"], identity.get("split")), r.path)
+    if len(seen) > 1:
+        (a, path_a), (b, path_b) = list(seen.items())[:2]
+        raise SmoothcertError(
+            f"--envelope combines files of one dataset split, but {path_a} is {a[0]} {a[1]} and "
+            f"{path_b} is {b[0]} {b[1]}; report them without --envelope or in separate reports")
 
 
 def agreement_report(paths: Iterable, radii, fmt: str = "md") -> str:

@@ -8,11 +8,15 @@ forward batches that are always full (a request that does not fill a batch share
 next inputs' requests), so one decision costs one host synchronisation and no batch runs
 half-empty.
 
-Results do not depend on the packing: each input's noise is drawn from its own generator in
-*canonical chunks* — every request segment split into pieces of ``batch_size`` draws, the last
-one shorter — exactly as a one-input-at-a-time loop would draw it. A chunk that overflows a
-batch is drawn whole into a carry buffer and finished in the next batch. Counts are therefore
-equal, draw for draw, whether an input is certified alone or among thousands (tested).
+Results depend neither on the packing nor on the batch size: each input's noise is drawn from
+its own generator in *canonical chunks* — every request segment split into pieces of ``chunk``
+draws (:data:`CHUNK` by default), the last one shorter — whatever ``batch_size`` is. Chunks
+smaller than the room left in a batch are packed with others; a chunk larger than that room is
+drawn whole into a carry buffer and finished in the next batches. Counts are therefore equal,
+draw for draw, whether an input is certified alone or among thousands, and for every batch
+size (tested). The draws must be cut the same way because a generator's values depend on how
+its calls are sized: on the CPU ``normal_`` fills 16 values at a time and treats a call's tail
+apart, on CUDA each call advances the Philox offset by an amount rounded to its launch grid.
 
 Optional accelerations, off by default: ``precision`` ("bf16"/"fp16": the model runs under
 autocast; noise is always drawn and added in the input's float32), ``channels_last`` and
@@ -36,6 +40,10 @@ from torch import nn
 from .errors import SmoothcertError, check_count
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+CHUNK = 1024
+"""Draws per canonical chunk. Large enough that drawing costs one call per ~1000 draws (as the
+batch of 1000 did before chunks were fixed: no measurable change in throughput), small enough
+that the carry buffer (``CHUNK`` inputs) is small next to a forward batch's activations."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,15 +87,17 @@ class BatchedVotes:
     """
 
     def __init__(self, *, precision: str = "fp32", channels_last: bool = False,
-                 compile: bool = False):
+                 compile: bool = False, chunk: int = CHUNK):
         if precision not in PRECISIONS:
             raise SmoothcertError(f"precision must be one of {', '.join(PRECISIONS)}, "
                                   f"got {precision!r}")
         self.precision, self.channels_last, self.compile = precision, channels_last, compile
+        self.chunk = check_count("chunk", chunk)  # draws per canonical chunk (module doc)
         self._prepared: tuple[nn.Module, nn.Module] | None = None
 
     def settings(self) -> dict:
-        """The settings that change the computed function (they belong in a run's identity)."""
+        """The settings that change the computed function (they belong in a run's identity).
+        ``chunk``, which changes the draws, is not among them: the runner records it apart."""
         return {"precision": self.precision, "channels_last": self.channels_last,
                 "compile": self.compile}
 
@@ -112,7 +122,9 @@ class BatchedVotes:
         """The Monte Carlo estimate (1/num)·Σ_i softmax f(x + δ_i) of the soft smoothed classifier
         G(x) = E[softmax f(x + δ)] (Salman et al. 2019), shape (num_classes,), float64, on device.
 
-        Same noise stream as :meth:`votes`: with equal generator states, the draws are the same.
+        Same noise stream as :meth:`votes`: with equal generator states, the draws are the same,
+        cut in the same canonical chunks, for every ``batch_size`` (which changes the estimate
+        only through the forward pass's float32 rounding, e.g. ~1e-11 for LeNet on the CPU).
         Each softmax is taken in the logits' dtype and summed in float64, so the estimate does
         not lose precision over 10⁵ draws (float32 softmax: error ~1e-7 per entry, far below the
         Monte Carlo error ≥ ½/√n); entries lie in [0, 1] and sum to 1 up to that rounding.
@@ -120,14 +132,37 @@ class BatchedVotes:
         check_count("batch_size", batch_size)
         model = self.prepare(model)
         sums = torch.zeros(num_classes, dtype=torch.float64, device=x.device)
-        buffer = self._buffer(min(batch_size, num), x)
         with torch.inference_mode():
-            for size in _batch_sizes(num, batch_size):
-                batch = noise.sample_(buffer[:size], generator).add_(x)
-                logits = self.forward(model, batch, size, num_classes)
+            for batch in self._noisy_batches(x, noise, num, batch_size, generator):
+                logits = self.forward(model, batch, batch.shape[0], num_classes)
                 wide = torch.promote_types(logits.dtype, torch.float32)  # bf16/fp16 logits
                 sums += logits.to(wide).softmax(dim=1).sum(dim=0, dtype=torch.float64)
         return sums / num
+
+    def _noisy_batches(self, x, noise, num, batch_size, generator) -> Iterator[torch.Tensor]:
+        """Batches of ≤ ``batch_size`` rows x + δ, the num draws δ in canonical chunks cut as
+        :meth:`run` cuts them (a chunk larger than the room left is split over batches)."""
+        buffer, spill, filled = self._buffer(min(batch_size, num), x), None, 0
+        rows = buffer.shape[0]
+        for size in _batch_sizes(num, self.chunk):
+            if size <= rows - filled:
+                noise.sample_(buffer[filled:filled + size], generator).add_(x)
+                filled += size
+            else:
+                spill = spill if spill is not None else self._buffer(self.chunk, x)
+                drawn = noise.sample_(spill[:size], generator).add_(x)
+                while drawn.shape[0]:
+                    take = min(drawn.shape[0], rows - filled)
+                    buffer[filled:filled + take].copy_(drawn[:take])
+                    drawn, filled = drawn[take:], filled + take
+                    if filled == rows and drawn.shape[0]:
+                        yield buffer
+                        filled = 0
+            if filled == rows:
+                yield buffer
+                filled = 0
+        if filled:
+            yield buffer[:filled]
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """The model as the engine runs it: channels-last and compiled when asked (cached).
@@ -174,12 +209,12 @@ class _Stream:
         self.span_rows = 0  # rows forwarded since the last synchronisation
         self.seconds = 0.0
 
-    def next_chunk(self, batch_size: int) -> tuple[int, int]:
+    def next_chunk(self, chunk: int) -> tuple[int, int]:
         """(cell, size) of the next canonical chunk, advancing past empty segments."""
         while self.left_in_segment == 0:
             self.segment += 1
             self.left_in_segment = self.request.sizes[self.segment]
-        size = min(self.left_in_segment, batch_size)
+        size = min(self.left_in_segment, chunk)
         self.left_in_segment -= size
         self.undrawn -= size
         return self.cells[self.segment], size
@@ -195,7 +230,8 @@ class _Scheduler:
         self.free_cells: list[int] = []
         self.table: torch.Tensor | None = None  # (cells + 1, C) counts; the last row is padding
         self.buffer = self.carry_buffer = None
-        self.carry: tuple[_Stream, int, torch.Tensor] | None = None  # drawn, not yet forwarded
+        # drawn, not yet forwarded: the rest of a chunk larger than the room left in a batch
+        self.carry: tuple[_Stream, int, torch.Tensor] | None = None
         self.clock = time.perf_counter()
 
     def run(self, programs: Iterable[tuple[object, Program]]) -> Iterator[Finished]:
@@ -247,7 +283,7 @@ class _Scheduler:
 
     def _allocate(self, x: torch.Tensor) -> None:
         self.buffer = self.engine._buffer(self.batch_size, x)
-        self.carry_buffer = self.engine._buffer(self.batch_size, x)
+        self.carry_buffer = self.engine._buffer(self.engine.chunk, x)
         self.table = torch.zeros((65, self.num_classes), dtype=torch.long, device=x.device)
         self.free_cells = list(range(64))
 
@@ -279,28 +315,34 @@ class _Scheduler:
 
     def _fill(self) -> list:
         """Draw noise into the batch buffer until it is full or no request has draws left."""
-        pieces, filled = [], 0
-        if self.carry is not None:
-            stream, cell, rows = self.carry
-            self.buffer[:rows.shape[0]].copy_(rows)
-            pieces.append((stream, cell, rows.shape[0]))
-            filled, self.carry = rows.shape[0], None
+        pieces: list = []
+        filled = self._take_carry(pieces, 0) if self.carry is not None else 0
         for stream in self.active:
             while filled < self.batch_size and stream.undrawn > 0:
-                cell, size = stream.next_chunk(self.batch_size)
-                room = self.batch_size - filled
-                target = self.buffer if size <= room else self.carry_buffer
-                start = filled if size <= room else 0
-                request = stream.request
-                chunk = request.noise.sample_(target[start:start + size], request.generator)
-                chunk.add_(request.x)
-                if size > room:  # finish the chunk in the next batch
-                    self.buffer[filled:].copy_(chunk[:room])
-                    self.carry = (stream, cell, chunk[room:])
-                    size = room
-                pieces.append((stream, cell, size))
-                filled += size
+                cell, size = stream.next_chunk(self.engine.chunk)
+                if size <= self.batch_size - filled:
+                    self._draw(stream, self.buffer[filled:filled + size])
+                    pieces.append((stream, cell, size))
+                    filled += size
+                else:  # drawn whole, forwarded over this batch and the next ones
+                    self.carry = (stream, cell, self._draw(stream, self.carry_buffer[:size]))
+                    filled = self._take_carry(pieces, filled)
         return pieces
+
+    @staticmethod
+    def _draw(stream: _Stream, rows: torch.Tensor) -> torch.Tensor:
+        """x + δ into ``rows``, δ one canonical chunk of the stream's generator."""
+        request = stream.request
+        return request.noise.sample_(rows, request.generator).add_(request.x)
+
+    def _take_carry(self, pieces: list, filled: int) -> int:
+        """Move as much of the carried chunk as fits into the batch; returns the rows filled."""
+        stream, cell, rows = self.carry
+        take = min(rows.shape[0], self.batch_size - filled)
+        self.buffer[filled:filled + take].copy_(rows[:take])
+        pieces.append((stream, cell, take))
+        self.carry = (stream, cell, rows[take:]) if take < rows.shape[0] else None
+        return filled + take
 
     def _complete(self) -> Iterator[Finished]:
         """One host synchronisation for every request whose draws have all been forwarded."""

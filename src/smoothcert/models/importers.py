@@ -89,7 +89,7 @@ import torch
 from torch import nn
 
 from ..errors import SmoothcertError, check_positive_finite, unknown_name
-from ..io import file_sha256
+from ..io import check_not_input, file_sha256
 from ..registry import Registry
 from .archs import MODELS, build_model
 from .checkpoint import checkpoint_meta, save_checkpoint
@@ -277,7 +277,8 @@ def import_checkpoint(
     :func:`resolve_normalization`; ``sigma`` (pixel units) is the training noise level, which the
     reference files do not store. The meta records the format's method, σ and
     ``imported_from`` (format, file, sha256, normalization and its source). Everything is checked
-    before ``out`` is written, atomically; an existing ``out`` is refused unless ``overwrite``.
+    before ``out`` is written, atomically; an existing ``out`` is refused unless ``overwrite``,
+    and ``out`` naming the input file itself always.
     """
     from ..data import dataset_spec
 
@@ -285,6 +286,7 @@ def import_checkpoint(
     sigma = check_positive_finite("sigma", sigma)
     norm = resolve_normalization(reference, spec, normalization)
     out = Path(out)
+    check_not_input(out, [path])  # even with overwrite: the reference file must survive
     if out.exists() and not overwrite:
         raise SmoothcertError(f"{out} already exists; choose another --out or pass --force")
     obj = read_reference(path)

@@ -8,6 +8,21 @@ it, per-example generators seeded from (seed, idx), resuming, timing and the pro
 certifier (``certifiers/``) owns the algorithm: a program that maps one input to one row. The
 runner drives the programs of many inputs through the one engine; a certifier needs only its
 own file.
+
+Identity and resuming. A record file's manifest stores the run's identity (:func:`_identity`):
+everything that determines its rows. ``batch`` is not part of it — the engine draws each
+example's noise in canonical chunks of ``chunk`` draws (``sampling.CHUNK``), so the rows are
+the same for every batch size — and neither is ``max_count``: the examples are a prefix of the
+run's index list, which the manifest's ``indices`` records. A rerun with the same identity
+resumes with any ``batch``, and with a ``max_count`` whose index list extends the file's (a
+larger ``--max``, or none): it appends only the new examples and updates the manifest's
+``indices`` to the new list, so that ``merge`` checks coverage against it. A smaller ``--max``
+is refused (the file holds examples the run would not select).
+
+Files written before the chunks were fixed store ``batch`` (and ``max_count``) in their
+identity: their noise was drawn in chunks of that batch. They keep their rule: the run draws
+in chunks of the stored ``batch`` (whatever the new ``batch``; the draws are the file's), and
+the identity is compared as it was then, ``max_count`` included.
 """
 
 from __future__ import annotations
@@ -26,18 +41,19 @@ from tqdm.auto import tqdm
 
 from ..certifiers import CERTIFIERS, LEGACY_NAMES, Certifier, RunContext, build_certifier
 from ..certifiers.certifier import typed
-from ..data import load_dataset
+from ..data import data_files, load_dataset
 from ..errors import (
     SmoothcertError,
     check_count,
     check_positive_finite,
     check_probability,
 )
+from ..io import write_json_atomic
 from ..models.checkpoint import versions
 from ..noise import NOISES
 from ..registry import Registry
 from ..rng import example_generator
-from ..sampling import BatchedVotes
+from ..sampling import CHUNK, BatchedVotes
 from ..smoothing import Smoothed
 from ..tensors import eval_mode
 from .inputs import (
@@ -47,15 +63,28 @@ from .inputs import (
     file_sha256,  # noqa: F401  (re-exported for the CLI and the demo)
     load_source,
 )
-from .records import Records, global_indices, open_records, read_records, shard_indices, shard_path
+from .records import (
+    Records,
+    global_indices,
+    manifest_path,
+    open_records,
+    read_manifest,
+    read_records,
+    shard_indices,
+    shard_path,
+)
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything that determines the rows of a run; it is the manifest's identity.
+    """Everything that determines the rows of a run, and how it is run.
 
-    ``task`` names the certifier (:data:`~smoothcert.certifiers.CERTIFIERS`) or another
-    per-input program of the runner (:data:`EVALUATIONS`: the attack); ``noise`` the noise
+    The manifest's identity (:func:`_identity`) is all of it but ``batch`` (noisy inputs per
+    forward pass: the speed, not the rows) and ``max_count`` (the examples are a prefix of the
+    index list; see the module doc). ``chunk`` is the draws per canonical noise chunk
+    (``sampling.CHUNK``; a file from before it was fixed: its batch). ``task`` names the
+    certifier (:data:`~smoothcert.certifiers.CERTIFIERS`) or another per-input program of the
+    runner (:data:`EVALUATIONS`: the attack); ``noise`` the noise
     (:data:`~smoothcert.noise.NOISES`) at standard deviation ``sigma``; ``options`` the
     certifier's own settings, completed with its defaults, so that equal runs have equal
     identities. The certifier names from before noise was an axis (``uniform``,
@@ -82,6 +111,7 @@ class RunConfig:
     # An explicit list of dataset indices instead of skip/max (``certify_dataset(indices=...)``).
     indices: tuple[int, ...] | None = None
     noise: str = "gaussian"
+    chunk: int = CHUNK  # draws per canonical noise chunk: changes the draws, so the rows
 
     def __post_init__(self):
         task, noise = _resolved_names(self.task, self.noise)
@@ -89,6 +119,7 @@ class RunConfig:
         check_positive_finite("sigma", self.sigma), check_count("n", self.n)
         check_probability("alpha", self.alpha), check_count("batch", self.batch)
         check_count("skip", self.skip), check_count("seed", self.seed, minimum=0)
+        check_count("chunk", self.chunk)
         if self.max_count is not None:
             check_count("max", self.max_count)
         if task_class(task).needs_n0:
@@ -180,13 +211,14 @@ def certify_dataset(
     ``smoothcert.noise.NOISES``); default: the noise object's, else the checkpoint's, else
     Gaussian. The examples are every ``skip``-th index, at most ``max_count`` (or the explicit
     ``indices``), then every K-th of them from k for ``shard`` = (k, K). Example ``idx`` draws
-    its noise from a generator seeded from (``seed``, idx), so the rows depend on neither
-    ``batch``, nor sharding, nor resuming.
+    its noise from a generator seeded from (``seed``, idx), in canonical chunks, so the rows
+    depend on neither ``batch``, nor sharding, nor resuming.
 
     With ``out``, the rows go to the record file (shard K > 1: ``out``'s shard name) with its
     manifest, exactly as ``smoothcert certify`` writes them; rerunning resumes after the rows
     already there, and a different configuration is refused. Returns the rows: the record
-    file's (resumed ones included), or those computed here when ``out`` is None. For the
+    file's (resumed ones included), or those computed here when ``out`` is None. A finished
+    run is extended by a larger ``max_count`` (only the new examples are run). For the
     default certifier each row's certificate holds with probability ≥ 1 − ``alpha``
     (Cohen et al., Thm. 1): ``predict`` −1 is an abstention.
     """
@@ -255,9 +287,11 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     mine = shard_indices(cfg.run_indices(len(data)), *shard)
     _check_shardable(cfg, certifier, shard)
     path = shard_path(out, *shard) if out is not None else None
-    writer, done = _open(path, cfg, source, shard, len(data))
+    cfg, legacy = _file_rule(cfg, path)
+    writer, done = _open(path, cfg, legacy, source, shard, len(data),
+                         data_files(data.dataset))
     smoothed = Smoothed(source.model, NOISES[cfg.noise](cfg.sigma), source.num_classes,
-                        BatchedVotes(**cfg.engine))
+                        BatchedVotes(**cfg.engine, chunk=cfg.chunk))
     previous = read_records(path) if path is not None else _no_records(certifier.columns)
     run = RunContext(cfg, smoothed, data, previous, source.device)
     certifier.start(run)
@@ -274,13 +308,54 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     return read_records(path).rows() if path is not None else produced
 
 
-def _open(path, cfg: RunConfig, source: ModelSource, shard, dataset_size: int):
+def _file_rule(cfg: RunConfig, path) -> tuple[RunConfig, bool]:
+    """``cfg`` as the existing file at ``path`` was drawn, and whether it is a legacy file (its
+    identity stores ``batch``: chunks of that batch, identity compared the old way)."""
+    old = read_manifest(path) if path is not None and path.exists() else None
+    identity = (old or {}).get("identity")
+    if not isinstance(identity, dict) or "batch" not in identity or "chunk" in identity:
+        return cfg, False
+    if isinstance(identity["batch"], bool) or not isinstance(identity["batch"], int) \
+            or identity["batch"] < 1:
+        raise SmoothcertError(f"{manifest_path(path)}: identity batch must be an integer >= 1, "
+                              f"got {identity['batch']!r}")
+    return dataclasses.replace(cfg, chunk=identity["batch"]), True
+
+
+def _open(path, cfg: RunConfig, legacy: bool, source: ModelSource, shard, dataset_size: int,
+          files: dict | None = None):
     """The record writer and the indices already done; a writer that keeps nothing without a
-    file."""
+    file. A run that extends the file's index list updates its manifest's ``indices``."""
     if path is None:
         return _NoFile(), set()
-    manifest = _manifest(cfg, source, shard, dataset_size)
-    return open_records(path, task_class(cfg.task).columns, manifest)
+    manifest = _manifest(cfg, source, shard, dataset_size, legacy)
+    if files is not None:  # which data files were read (provenance: the data may move)
+        manifest["provenance"]["data_files"] = files
+    old = read_manifest(path) if path.exists() else None
+    extends = old is not None and old.get("indices") != manifest["indices"]
+    if extends and old.get("identity") == manifest["identity"]:  # else open_records refuses
+        _check_extends(path, old, manifest)
+    writer, done = open_records(path, task_class(cfg.task).columns, manifest)
+    if extends:  # the lock is held: the manifest now names the extended index list
+        write_json_atomic(manifest_path(path), {**old, "indices": manifest["indices"]})
+    return writer, done
+
+
+def _check_extends(path: Path, old: dict, new: dict) -> None:
+    """The new index list must start with the file's: same examples, possibly more."""
+    before, after = old.get("indices"), new["indices"]
+    if "explicit" in after or not isinstance(before, dict):
+        return  # explicit indices are in the identity, compared by open_records
+    try:
+        kept = global_indices(before["dataset_size"], before["skip"], before["max_count"])
+    except (KeyError, TypeError) as err:
+        raise SmoothcertError(f"{manifest_path(path)}: unreadable indices {before!r}") from err
+    wanted = global_indices(after["dataset_size"], after["skip"], after["max_count"])
+    if wanted[:len(kept)] != kept:
+        had = before.get("max_count")
+        raise SmoothcertError(
+            f"{path} holds the first {len(kept)} examples (--max {had}); a resumed run may "
+            f"raise --max or drop it, not lower it: pass --max {had} or more, or another --out")
 
 
 def _no_records(columns) -> Records:
@@ -343,11 +418,19 @@ def _check_compatible(source: ModelSource, data: Examples) -> None:
         )
 
 
-def _identity(cfg: RunConfig) -> dict:
-    """The run's identity; the engine's settings only when some differ from the defaults, so
-    that plain runs keep the identity they had before the settings existed (and resume); the
-    same for an explicit index list."""
+def _identity(cfg: RunConfig, legacy: bool = False) -> dict:
+    """The run's identity (see the module doc): without ``batch`` and ``max_count``, with
+    ``chunk``; with ``legacy``, the identity of the files from before fixed chunks: ``batch``
+    (= their chunk) and ``max_count``, no ``chunk``. The engine's settings only when some
+    differ from the defaults, so that plain runs keep the identity they had before the
+    settings existed (and resume); the same for an explicit index list."""
     identity = dataclasses.asdict(cfg)
+    chunk = identity.pop("chunk")
+    if legacy:
+        identity["batch"] = chunk
+    else:
+        del identity["batch"], identity["max_count"]
+        identity["chunk"] = chunk
     for key in ("engine", "indices"):  # absent when default: older files keep resuming
         if not identity[key]:
             del identity[key]
@@ -360,11 +443,12 @@ def _identity(cfg: RunConfig) -> dict:
     return identity
 
 
-def _manifest(cfg: RunConfig, source: ModelSource, shard, dataset_size: int) -> dict:
+def _manifest(cfg: RunConfig, source: ModelSource, shard, dataset_size: int,
+              legacy: bool = False) -> dict:
     indices = {"dataset_size": dataset_size, "skip": cfg.skip, "max_count": cfg.max_count}
     if cfg.indices is not None:
         indices["explicit"] = list(cfg.indices)
-    identity = _identity(cfg)
+    identity = _identity(cfg, legacy)
     return {
         "kind": identity["task"],
         "identity": identity,

@@ -223,7 +223,7 @@ def _validated(c: TrainConfig, legacy: dict[str, Any]) -> dict[str, Any]:
         "lr_milestones": _check_milestones(c.lr_milestones),
         "lr_gamma": check_positive_finite("lr_gamma", c.lr_gamma),
         "seed": check_count("seed", c.seed, minimum=0),
-        "data_root": None if c.data_root is None else os.fspath(c.data_root),
+        "data_root": _check_path("data_root", c.data_root),
         "init_checkpoint": _check_path("init_checkpoint", c.init_checkpoint),
         "sigma_mode": _check_name("sigma_mode", c.sigma_mode, SIGMA_MODES),
         "train_size": None if c.train_size is None else check_count("train_size", c.train_size),
@@ -295,7 +295,7 @@ def _check_path(name: str, value) -> str | None:
     if value is None:
         return None
     if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
-        raise SmoothcertError(f"{name} must be a file path or null, got {value!r}")
+        raise SmoothcertError(f"{name} must be a path or null, got {value!r}")
     return os.fspath(value)
 
 

@@ -33,6 +33,8 @@ summarised in the log (``sigma_mean``, ``sigma_min``, ``sigma_max``).
 from __future__ import annotations
 
 import collections
+import contextlib
+import errno
 import itertools
 import logging
 import math
@@ -548,9 +550,10 @@ def _train(config: TrainConfig, out: Path, world: World, resume: bool, progress:
         epoch_log = _EpochLog(out / LOG, trainer.epoch)
     while trainer.epoch < config.epochs:
         row = trainer.train_epoch(progress)
-        if world.is_main:
-            epoch_log.append(row)
-        _save(path, trainer)
+        with _disk_full(path, trainer.epoch):
+            if world.is_main:
+                epoch_log.append(row)
+            _save(path, trainer)
         _report(row, progress)
     return path
 
@@ -584,6 +587,23 @@ def _check_same_config(config: TrainConfig, meta: dict, path: Path) -> None:
             f"cannot resume {path}: the config differs ({said}); "
             "use the run's config (its config.yaml) or another --out"
         )
+
+
+@contextlib.contextmanager
+def _disk_full(path: Path, epoch: int):
+    """A full disk (or quota) while epoch ``epoch``'s log row or checkpoint ``path`` is written
+    becomes one clear error. Nothing is lost: the checkpoint is replaced atomically, so the
+    previous one is whole, and a resumed run drops the log's rows after it."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        kept = (f"{path} still holds epoch {epoch - 1}" if path.exists()
+                else "no checkpoint was written yet")
+        raise SmoothcertError(
+            f"disk full while saving epoch {epoch} in {path.parent} ({e.strerror}); {kept}; "
+            "free some space, then rerun the same command with --resume") from e
 
 
 def _save(path: Path, trainer: Trainer) -> None:
