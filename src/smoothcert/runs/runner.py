@@ -27,6 +27,7 @@ the identity is compared as it was then, ``max_count`` included.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import platform
@@ -370,19 +371,33 @@ class _NoFile(contextlib.nullcontext):
 
 
 def _rows(certifier: Certifier, run: RunContext, stream):
-    """Rows in the order the examples' programs finish, their draws packed into shared forward
+    """Rows in index order (in the order the programs finish for a certifier whose answers
+    depend on that order, the data-dependent memory), their draws packed into shared forward
     batches by the engine; ``time`` is each example's share of the wall time
     (``sampling.Finished.seconds``), so the column still adds up to the run's cost."""
-    cfg = run.config
+    cfg, in_order = run.config, certifier.shardable()
+    started: collections.deque = collections.deque()  # idx in the order programs start
 
     def example(idx, x, label):
         generator = example_generator(cfg.seed, idx, run.device)
         row = yield from certifier.program(run, x, label, idx, generator)
         return {"idx": idx, "label": label, "seed": cfg.seed, **row}
 
-    programs = ((idx, example(idx, x, label)) for idx, x, label in stream)
-    for done in run.smoothed.run(programs, cfg.batch):
-        yield {**done.result, "time": done.seconds}
+    def programs():
+        for idx, x, label in stream:
+            if in_order:
+                started.append(idx)
+            yield idx, example(idx, x, label)
+
+    finished = {}
+    for done in run.smoothed.run(programs(), cfg.batch):
+        row = {**done.result, "time": done.seconds}
+        if not in_order:  # order-dependent: the file keeps the certification order
+            yield row
+            continue
+        finished[done.key] = row
+        while started and started[0] in finished:  # hold rows until those before them finish
+            yield finished.pop(started.popleft())
 
 
 def _check_shardable(cfg: RunConfig, certifier: Certifier, shard) -> None:
