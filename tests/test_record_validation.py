@@ -90,35 +90,32 @@ def test_correct_is_0_or_1_and_agrees_with_predict_and_label(tmp_path):
     refused(path, "line 5: correct is 0 with predict 0 and label 0; correct is 1 exactly when")
 
 
-@pytest.mark.parametrize("column,text,says", [
-    ("radius", "abc", "radius is 'abc'; a radius is"),
-    ("idx", "x", "idx is 'x'; an idx is an integer >= 0"),
-    ("label", "2.5", "label is 2.5; a label is a class"),
-    ("n", "", "n is empty; n is a count"),
-    ("time", "soon", "time is 'soon'; time is a finite number of seconds"),
-])
-def test_text_in_a_numeric_field(tmp_path, column, text, says):
-    path = write(tmp_path / "r.tsv")
-    corrupt(path, 3, column, text)
-    refused(path, f"line 3: {says}")
+TEXT_IN_NUMERIC_FIELDS = [  # on line 3
+    (3, "radius", "abc", "radius is 'abc'; a radius is"),
+    (3, "idx", "x", "idx is 'x'; an idx is an integer >= 0"),
+    (3, "label", "2.5", "label is 2.5; a label is a class"),
+    (3, "n", "", "n is empty; n is a count"),
+    (3, "time", "soon", "time is 'soon'; time is a finite number of seconds"),
+]
+OUT_OF_RANGE = [  # on line 6
+    (6, "predict", "-2", "predict is -2; predict is a class (an integer >= 0) or -1 (abstention)"),
+    (6, "p_lower", "1.5", "p_lower is 1.5; p_lower is a probability in [0, 1]"),
+    (6, "nA", "-1", "nA is -1; nA is a count"),
+    (6, "n", "-5", "n is -5; n is a count"),
+    (6, "nA", "101", "nA is 101, more than n (100)"),
+    (6, "alpha", "0.0", "alpha is 0.0; alpha is a level in (0, 1)"),
+    (6, "sigma", "-0.25", "sigma is -0.25; sigma is a finite number > 0"),
+    (6, "seed", "-1", "seed is -1; a seed is an integer >= 0"),
+    (6, "time", "-3", "time is -3; time is"),
+    (6, "idx", "99999999999999999999999", "idx is 99999999999999999999999; an idx is"),
+]
 
 
-@pytest.mark.parametrize("column,text,says", [
-    ("predict", "-2", "predict is -2; predict is a class (an integer >= 0) or -1 (abstention)"),
-    ("p_lower", "1.5", "p_lower is 1.5; p_lower is a probability in [0, 1]"),
-    ("nA", "-1", "nA is -1; nA is a count"),
-    ("n", "-5", "n is -5; n is a count"),
-    ("nA", "101", "nA is 101, more than n (100)"),
-    ("alpha", "0.0", "alpha is 0.0; alpha is a level in (0, 1)"),
-    ("sigma", "-0.25", "sigma is -0.25; sigma is a finite number > 0"),
-    ("seed", "-1", "seed is -1; a seed is an integer >= 0"),
-    ("time", "-3", "time is -3; time is"),
-    ("idx", "99999999999999999999999", "idx is 99999999999999999999999; an idx is"),
-])
-def test_every_field_has_its_range(tmp_path, column, text, says):
+@pytest.mark.parametrize("line,column,text,says", TEXT_IN_NUMERIC_FIELDS + OUT_OF_RANGE)
+def test_text_in_a_numeric_field_or_a_value_out_of_range(tmp_path, line, column, text, says):
     path = write(tmp_path / "r.tsv")
-    corrupt(path, 6, column, text)
-    refused(path, f"line 6: {says}")
+    corrupt(path, line, column, text)
+    refused(path, f"line {line}: {says}")
 
 
 def test_an_abstention_has_radius_zero(tmp_path):
