@@ -135,6 +135,18 @@ def test_extended_shards_merge_to_the_extended_run(model, data, tmp_path):
     assert timeless(read_records(merged).rows()) == timeless(whole)
 
 
+def test_shards_grown_to_different_maxima_are_not_merged(model, data, tmp_path):
+    out = tmp_path / "s.tsv"
+    paths = [tmp_path / f"s.shard{k}-of-2.tsv" for k in range(2)]
+    for k, max_count in ((0, 3), (1, 3), (0, 7)):  # only shard 0 grown to --max 7
+        certify_dataset(model, data, **RUN, max_count=max_count, batch=100, out=out,
+                        shard=(k, 2))
+    with pytest.raises(SmoothcertError, match=r"s.shard1-of-2.tsv covers other indices "
+                       r"\(--skip 60 --max 3\) than .*s.shard0-of-2.tsv \(--skip 60 --max 7\)"):
+        merge_records(paths, tmp_path / "merged.tsv")
+    assert not (tmp_path / "merged.tsv").exists()
+
+
 def legacy_copy(path: Path, dest: Path, batch: int, max_count: int, rows: int) -> Path:
     """``path``'s first ``rows`` rows with a manifest of the old rule: ``batch`` and
     ``max_count`` in the identity, no ``chunk``."""

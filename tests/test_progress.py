@@ -55,6 +55,9 @@ def test_train_bars_follow_the_flag(tmp_path, capsys, flags, bars):
     assert main(["train", *TRAIN, "--out", str(tmp_path / "run"), *flags]) == 0
     err = capsys.readouterr().err
     assert ("\r" in err) is bars and ("epoch 1/1" in err) is bars
+    # the epoch's summary line, bars or not: a log (SLURM, `make demo > log`) shows each epoch
+    (line,) = [s for s in err.replace("\r", "\n").splitlines() if "train_acc=" in s]
+    assert line.startswith("epoch=1 ")
 
 
 @pytest.mark.parametrize("command", ["train", "certify", "predict", "attack", "demo"])

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
-from .errors import SmoothcertError
+from .errors import MAX_BATCH, MAX_DRAWS, MAX_INDEX, SmoothcertError
 from .registry import Registry
 
 
@@ -173,12 +173,6 @@ def _memory_advice(args, e: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- shared arguments
-# Largest values of the integer flags: the engine counts votes in int64 and the statistics read
-# them as float64, exact up to 2**53; one forward batch is a torch tensor whose row count must
-# fit torch's int32 kernel indexing; example indices are int64.
-MAX_DRAWS = 2**53
-MAX_BATCH = 2**31 - 1
-MAX_INDEX = 2**63 - 1
 
 
 def _int_at_most(limit: int, why: str) -> Callable[[str], int]:
@@ -378,6 +372,7 @@ def cmd_train(args):
         resume=args.resume,
         progress=_progress(args),
         workers=args.workers,
+        epoch_lines=True,  # without bars too: a log (SLURM, `make demo > log`) shows each epoch
     )
     if os.environ.get("RANK", "0") == "0":  # once under torchrun
         print(f"checkpoint: {path}")

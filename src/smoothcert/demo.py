@@ -31,7 +31,8 @@ def run_demo(out, device="cpu", progress=True) -> str:
     # the couple of minutes go
     print(f"training the digits CNN ({TRAIN.epochs} epochs, σ={SIGMA}) into {out / 'train'}",
           flush=True)
-    checkpoint = train(TRAIN, out / "train", device=device, resume=True, progress=progress)
+    checkpoint = train(TRAIN, out / "train", device=device, resume=True, progress=progress,
+                       epoch_lines=True)
     print(f"certifying the digits test split (n={N}) into {out / 'certify.tsv'}", flush=True)
     cfg = RunConfig(task="certify", checkpoint_sha256=file_sha256(checkpoint), dataset="digits",
                     split="test", sigma=SIGMA, n=N, alpha=ALPHA, batch=BATCH, seed=0, n0=N0,

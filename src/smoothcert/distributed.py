@@ -215,6 +215,10 @@ def join(device="cpu", env: Mapping[str, str] = os.environ) -> Iterator[World]:
     Otherwise, with ``WORLD_SIZE`` > 1 in ``env`` (torchrun), the process joins one through
     ``env://`` (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``), backend ``gloo`` on CPU and
     ``nccl`` on CUDA, and leaves it when the block ends. Else it is a world of one.
+
+    Leaving destroys the group only once nothing holds it any more: objects that keep a
+    ``DistributedDataParallel`` model keep its group alive until they are freed, and it must
+    not be alive when the interpreter shuts down (see :func:`_import_dynamo_first`).
     """
     device = torch.device(device)
     joined = not dist.is_initialized() and world_size_from_env(env) > 1
@@ -224,6 +228,7 @@ def join(device="cpu", env: Mapping[str, str] = os.environ) -> Iterator[World]:
             torch.cuda.set_device(device)
     if joined:
         _check_launch_env(env)
+        _import_dynamo_first()
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method="env://")
     try:
         if dist.is_initialized() and dist.get_world_size() > 1:
@@ -233,3 +238,20 @@ def join(device="cpu", env: Mapping[str, str] = os.environ) -> Iterator[World]:
     finally:
         if joined:
             dist.destroy_process_group()
+
+
+def _import_dynamo_first() -> None:
+    """Import ``torch._dynamo`` before the default process group exists.
+
+    Importing it while a group exists (``DistributedDataParallel`` does so on first use) leaves
+    about ten references to that group's Python object in dynamo's tables for good (torch
+    2.15), so ``destroy_process_group()`` cannot free the group and its gloo worker threads
+    live on into interpreter shutdown. A worker frees each finished collective's tensors after
+    the caller has moved on; when the caller already dropped such a tensor's Python object, the
+    worker takes the GIL to free it, and once the interpreter is finalizing that thread is
+    unwound and the process aborts with "terminate called without an active exception": the
+    abort that killed a rank now and then right after its last ``barrier()``. Imported first,
+    dynamo holds no reference, the group is freed when the block ends and its workers are
+    joined while Python is alive.
+    """
+    import torch._dynamo  # noqa: F401  (for its import-time side effect only)

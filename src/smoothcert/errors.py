@@ -57,10 +57,20 @@ def check_in_range(name: str, value: float, low: float, high: float,
     return float(value)
 
 
-def check_count(name: str, value: int, minimum: int = 1) -> int:
-    """An int (not a bool) ≥ ``minimum``."""
+# Largest values of integer inputs: the engine counts votes in int64 and the statistics read
+# them as float64, exact up to 2**53; one batch is a torch tensor whose row count must fit
+# torch's int32 kernel indexing; example indices are int64.
+MAX_DRAWS = 2**53
+MAX_BATCH = 2**31 - 1
+MAX_INDEX = 2**63 - 1
+
+
+def check_count(name: str, value: int, minimum: int = 1, maximum: int | None = None) -> int:
+    """An int (not a bool) ≥ ``minimum`` (and ≤ ``maximum`` when given)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise SmoothcertError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise SmoothcertError(f"{name} must be at most {maximum}, got {value!r}")
     return value
 
 

@@ -438,6 +438,18 @@ def _check_shards(parts: list[Records], manifests: list[dict]) -> None:
     shard_ids = sorted(m["shard"]["index"] for m in manifests)
     if len(counts) != 1 or shard_ids != list(range(counts.pop())):
         raise SmoothcertError(f"the files are shards {shard_ids}; expected each of 0..K-1 once")
+    for part, m in zip(parts, manifests, strict=False):
+        if m.get("indices") != first.get("indices"):  # one shard grown with a larger --max
+            raise SmoothcertError(
+                f"{part.path} covers other indices ({_describe(m)}) than {parts[0].path} "
+                f"({_describe(first)}); run every shard with the same --skip and --max")
+
+
+def _describe(manifest: dict) -> str:
+    spec = manifest.get("indices") or {}
+    if "explicit" in spec:
+        return f"{len(spec['explicit'])} listed indices"
+    return f"--skip {spec.get('skip')} --max {spec.get('max_count') or 'all'}"
 
 
 def _check_coverage(parts: list[Records], manifest: dict, idx: list[int]) -> None:
@@ -448,8 +460,10 @@ def _check_coverage(parts: list[Records], manifest: dict, idx: list[int]) -> Non
     spec = manifest["indices"]
     expected = spec.get("explicit") or global_indices(
         spec["dataset_size"], spec["skip"], spec["max_count"])
-    missing = sorted(set(expected) - set(idx))
-    if missing or len(idx) != len(expected):
+    missing, extra = sorted(set(expected) - set(idx)), sorted(set(idx) - set(expected))
+    if extra:
+        raise SmoothcertError(f"{len(extra)} indices are not in the run (first: {extra[:5]})")
+    if missing:
         raise SmoothcertError(
             f"the shards are incomplete: {len(missing)} indices missing (first: {missing[:5]}); "
             "rerun the unfinished shards to resume them"

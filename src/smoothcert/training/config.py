@@ -29,6 +29,7 @@ from torch.optim.lr_scheduler import LRScheduler, MultiStepLR, StepLR
 
 from ..data import DATASETS
 from ..errors import (
+    MAX_BATCH,
     SmoothcertError,
     check_bool,
     check_count,
@@ -212,7 +213,7 @@ def _validated(c: TrainConfig, legacy: dict[str, Any]) -> dict[str, Any]:
         "epochs": check_count("epochs", c.epochs),
         "method_params": method.hparams(),
         "noise": _check_name("noise", c.noise, NOISES),
-        "batch_size": check_count("batch_size", c.batch_size),
+        "batch_size": check_count("batch_size", c.batch_size, maximum=MAX_BATCH),
         "lr": check_positive_finite("lr", c.lr),
         "momentum": check_in_range("momentum", c.momentum, 0.0, 1.0, include_high=False),
         "nesterov": _check_nesterov(c.nesterov, c.momentum),

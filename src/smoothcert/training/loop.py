@@ -497,7 +497,7 @@ class _Meter:
 # --------------------------------------------------------------------------- run folder
 def train(
     config: TrainConfig, out_dir, device="cpu", resume: bool = False, progress: bool = True,
-    workers: int | None = None,
+    workers: int | None = None, epoch_lines: bool = False,
 ) -> Path:
     """Train a base classifier as ``config`` says, in the run folder ``out_dir``; returns the path
     of ``out_dir/checkpoint.pt``.
@@ -508,7 +508,9 @@ def train(
     uninterrupted run. A run whose epochs are all done returns at once. ``workers`` processes
     decode an image folder's batches ahead of the step (default: one per core but one, at most
     8; 0 decodes in the step); data in memory need none. Crops and flips come from (seed, epoch,
-    idx), so the weights do not depend on ``workers``.
+    idx), so the weights do not depend on ``workers``. Each epoch's log row is also written to
+    stderr as one line when ``progress`` draws bars, or when ``epoch_lines`` asks for it without
+    bars (a log file, SLURM): rank 0 only.
 
     Data-parallel: launched by ``torchrun --nproc-per-node K`` (``WORLD_SIZE`` = K > 1), every
     process calls this with the same arguments; they join a process group (gloo on CPU, NCCL on
@@ -529,11 +531,11 @@ def train(
       of processes, everything but the noise streams continues exactly.
     """
     with join(device) as world:
-        return _train(config, Path(out_dir), world, resume, progress, workers)
+        return _train(config, Path(out_dir), world, resume, progress, workers, epoch_lines)
 
 
 def _train(config: TrainConfig, out: Path, world: World, resume: bool, progress: bool,
-           workers: int | None = None) -> Path:
+           workers: int | None = None, epoch_lines: bool = False) -> Path:
     path = out / CHECKPOINT
     checkpoint = _checkpoint_to_resume(config, path, resume)
     if checkpoint is not None and checkpoint.meta["epoch"] >= config.epochs:
@@ -541,10 +543,11 @@ def _train(config: TrainConfig, out: Path, world: World, resume: bool, progress:
         return path
     trainer = Trainer(config, world.device, load_init=checkpoint is None, world=world,
                       workers=workers)
+    progress = progress and world.is_main
+    say = progress or (epoch_lines and world.is_main)
     if checkpoint is not None:
         trainer.load(checkpoint)
-        log.info("resuming %s after epoch %d", path, trainer.epoch)
-    progress = progress and world.is_main
+        _say(f"resuming {path} after epoch {trainer.epoch}", say)
     if world.is_main:
         _write_config(out, config)
         epoch_log = _EpochLog(out / LOG, trainer.epoch)
@@ -554,7 +557,8 @@ def _train(config: TrainConfig, out: Path, world: World, resume: bool, progress:
             if world.is_main:
                 epoch_log.append(row)
             _save(path, trainer)
-        _report(row, progress)
+        _say(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in row.items()), say)
     return path
 
 
@@ -619,10 +623,10 @@ def _write_config(out: Path, config: TrainConfig) -> None:
     write_text_atomic(out / CONFIG, yaml.safe_dump(config.to_dict(), sort_keys=False))
 
 
-def _report(row: dict[str, float], progress: bool) -> None:
-    if progress:
-        cells = (f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
-        tqdm.write(" ".join(cells), file=sys.stderr)
+def _say(line: str, say: bool) -> None:
+    """One line on stderr, above a progress bar if one is drawn."""
+    if say:
+        tqdm.write(line, file=sys.stderr)
 
 
 class _EpochLog:
