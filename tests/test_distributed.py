@@ -58,6 +58,15 @@ METHOD_CASES = {
                                                          "epsilon": 0.0}),
     "easy_focus": dict(method="easy_focus", method_params={"discard": False, "attack_steps": 2}),
     "heat": dict(method="heat", lr=0.01, method_params={"num_steps": 1, "num_projections": 2}),
+    # η = 0: each rank draws its own mixing weights λ, so the mixup term differs from one
+    # process's; the attack (α = 0: x̂ = x) and both forward passes still run through DDP
+    "smoothmix": dict(method="smoothmix", method_params={"num_noise": 2, "num_steps": 2,
+                                                         "alpha": 0.0, "eta": 0.0}),
+    # K ~ Binomial(m, p̂) comes from each rank's own stream, but at σ ≈ 0 every copy of an
+    # input is classified alike, so p̂ is 0 or 1 and K (1 or m) does not depend on the draw;
+    # ε = 0 keeps the worst-case noise at the drawn one while the attack's passes still run
+    "catrs": dict(method="catrs", method_params={"num_noise": 2, "num_steps": 1,
+                                                 "epsilon": 0.0}),
 }
 
 # The resume check trains with real noise: same config, same number of processes.
