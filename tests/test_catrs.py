@@ -4,6 +4,7 @@ recipes, and training from the CLI (with a resume)."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,14 @@ F64 = torch.float64
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 # --------------------------------------------------------------------------- golden values
-# name: (m, b, σ, ε, T, λ, confidence_mask, seed); the cases of tools/golden/catrs_golden.py
-CASES = {
-    "votes": (4, 6, 0.5, 1.0, 4, 1.0, False, 1),
-    "mask": (2, 5, 0.25, 0.5, 2, 0.5, True, 2),
-}
+# The cases and their inputs are those of tools/golden/catrs_golden.py, loaded from that file
+# so that the values below and the inputs they were computed from cannot drift apart.
+_spec = importlib.util.spec_from_file_location(
+    "catrs_golden", Path(__file__).resolve().parents[1] / "tools" / "golden" / "catrs_golden.py")
+_golden = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_golden)
+CASES = _golden.CASES  # name: (m, b, σ, ε, T, λ, confidence_mask, seed)
+golden_inputs = _golden.golden_inputs  # (model, x, y, z, u, ŷ) of a case
 # Per chunk of m·b loaded examples, from the authors' train() (see the test's docstring).
 GOLDEN = {
     "votes": {
@@ -45,31 +49,6 @@ GOLDEN = {
         "k": [[1, 1, 1, 1, 1], [2, 1, 1, 1, 2]],
     },
 }
-
-
-def golden_model() -> nn.Module:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.BatchNorm1d(16), nn.ReLU(),
-                          nn.Linear(16, 10))
-    return model.double()
-
-
-def golden_inputs(name: str):
-    """(model, x, y, z, u, ŷ): the same as tools/golden/catrs_golden.py's ``golden_inputs``."""
-    m, b, *_, seed = CASES[name]
-    model = golden_model()
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.rand(m * b, 1, 8, 8, generator=gen, dtype=F64)
-    z = torch.randn(m, m, b, 1, 8, 8, generator=gen, dtype=F64)
-    u = torch.rand(m, b, m, generator=gen, dtype=F64)
-    labels = torch.randint(10, (m * b,), generator=gen)
-    with torch.no_grad():
-        predicted = model.eval()(x).argmax(dim=1)
-    model.train()
-    y = torch.where(torch.arange(m * b) % 2 == 0, predicted, labels)
-    scores = 3 * torch.randn(m * b, 10, generator=gen, dtype=F64) + 3 * F.one_hot(y, 10)
-    votes = torch.multinomial(scores.softmax(dim=1), 20, replacement=True, generator=gen)
-    return model, x, y, z, u, F.one_hot(votes, 10).to(F64).mean(dim=1)
 
 
 @pytest.mark.parametrize("name", CASES)
