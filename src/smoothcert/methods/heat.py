@@ -21,92 +21,125 @@ from .base import TrainingMethod, register_method
 DISTANCES = ("softmax_mse", "logit_mse", "kl")
 """How v(x̃) is compared with the frozen f(x); see :func:`heat_distance`."""
 
+NOISE_SCHEDULES = ("linear", "constant")
+"""The standard deviation of x̃'s noise at each time step; see :func:`noise_scale`."""
+
+IMAGENET_GAMMA = 1.0 * 6 / 1000
+"""0.006: the weight of ‖∇ₓv‖²_F in the authors' ImageNet run, γ_a·κ/N_c with their ``--gamma``
+γ_a = 1 on a sum of κ = 6 projections of N_c = 1000 logits (see :class:`HeatSmoothing`)."""
+
 
 @register_method("heat")
 class HeatSmoothing(TrainingMethod):
     r"""Campbell, Finlay & Oberman, "Adversarial Boot Camp: label free certified robustness in one
     epoch" (arXiv 2010.02508; code: github.com/ryancampbell514/HeatSmoothing): fine-tune a
     pretrained classifier v against a frozen copy f of itself so that v approaches the Gaussian
-    average of f, one implicit step of the heat equation at a time (App. A, eq. 15).
+    average of f, one implicit step of the heat equation at a time (App. A, eqs. 11–15).
 
-    For a batch x (labels are ignored: the method is label-free; the trainer uses y only to log
-    training accuracy), with x̃ = x + N(0, σ²I) on a fraction p of the batch and x̃ = x on the rest,
-    the loss is the batch mean of
+    Loss. For a batch x (labels are ignored: the method is label-free; the trainer uses y only to
+    log training accuracy), the batch mean of the paper's eq. 10 with the time step h = 1/n_T of
+    eq. 15, a weight γ and the gradient norm estimated as in App. B (eqs. 16–18):
 
-        ½‖softmax v(x̃) − softmax f(x)‖² + γ·h·(σ²/2)·Σ_{j=1..κ} ((w_j·v(x̃ + δĝ_j) − w_j·v(x̃))/δ)²
+        d(v(x̃), f(x)) + γ·h·(σ²/2)·(N_c/κ)·Σ_{j=1..κ} D_j²,
+        D_j = (w_j·v(x̃ + δĝ_j) − w_j·v(x̃)) / δ,
 
-    where h = 1/n_T, v and f output logits, w_j ~ N(0, I/N_c) are fresh Johnson–Lindenstrauss
-    projections of the logits (one per example and j), and ĝ_j = ∇ₓ(w_j·v)(x̃)/‖∇ₓ(w_j·v)(x̃)‖
-    (0 where the gradient vanishes) is detached: the sum is a finite-difference estimate of
-    ‖∇ₓ v(x̃)‖² (App. B, eq. 16; Alg. 1). Gradients reach v through both terms of each difference.
+    where v and f output N_c logits, d = ½‖softmax v(x̃) − softmax f(x)‖² (eq. 10; ``distance``),
+    w_j ~ N(0, I/N_c) are fresh Johnson–Lindenstrauss projections of the logits (eq. 17 with
+    K = N_c; one per example and j), and ĝ_j = ∇ₓ(w_j·v)(x̃)/‖∇ₓ(w_j·v)(x̃)‖ (eq. 18; 0 where the
+    gradient vanishes) is detached. Gradients reach v through both terms of each D_j.
+
+    Noise. x̃ = x + η on round(p·B) examples of the batch, a random subset drawn from the
+    generator (p = ``noise_fraction``), and x̃ = x on the rest; η ~ N(0, s²I) in pixel units with
+    s = σ·t/n_T at time step t = 1..n_T (``noise_schedule="linear"``) or s = σ (``"constant"``:
+    eq. 10 as printed, and this method's noise up to this version). At n_T = 1 both give s = σ.
+    The frozen f always sees the clean x.
+
+    Scale of the gradient term (verified on the paper and the scripts). For a Jacobian
+    J = ∇ₓv (N_c × d) and w ~ N(0, I/N_c), E‖Jᵀw‖² = ‖J‖²_F/N_c, and D_j → ‖Jᵀw_j‖ as δ → 0
+    (exactly for a linear v): the eq.-16 sum Σ_j D_j² estimates (κ/N_c)·‖J‖²_F, not the ‖∇ₓv‖²
+    it stands for; the two agree only for κ = N_c (App. B: "δ = 0.1, κ = 10, and K = Nc",
+    i.e. CIFAR-10). The factor N_c/κ above makes the penalty γ·h·(σ²/2)·‖∇ₓv‖²_F in expectation for
+    any κ and N_c: γ = 1 is eq. 10/15 as printed, and κ only sets the estimate's variance and
+    cost. The scripts put their ``--gamma`` γ_a on the raw sum, so their weight of ‖J‖²_F is
+    γ = γ_a·κ/N_c: ImageNet γ_a = 1, κ = 6, N_c = 1000 → γ = 0.006 (:data:`IMAGENET_GAMMA`, the
+    ImageNet-equivalent scale at any N_c); CIFAR-10 γ_a = 5, κ = N_c = 10 → γ = 5, 833× that.
+    Up to this version ``gamma`` multiplied the raw sum: for κ = N_c (every recipe: κ = 10 on 10
+    classes) the loss is unchanged; an older run with κ ≠ N_c is this one with γ = γ_old·κ/N_c.
 
     Time steps: the run's epochs are split evenly into n_T = ``num_steps`` steps (step of epoch e
     = ⌊e·n_T/E⌋ for E epochs; E ≥ n_T). At the start of each step the current v is deep-copied
     into the frozen f (eval mode, no gradients), so step k trains against the result of step k−1
-    and step 0 against the starting weights — give them with ``init_checkpoint`` (CLI
+    and the first step against the starting weights, given with ``init_checkpoint`` (CLI
     ``--init-from``): the method is a fine-tuning of a pretrained classifier. The frozen f is part
     of :meth:`state_dict`, so a run resumed inside a step trains against the same f.
 
-    Defaults follow the authors' CIFAR-10 code (``cifar10/train_ours.py``: ``--gamma 5``,
-    ``--num-timesteps 5``, ``num_reps = 10``, ``dt = 0.1``; App. B: "δ = 0.1, κ = 10"),
-    with p = ½ from the paper (§4.1: noise "to half of the training images"). Their ImageNet recipe
-    (``imagenet/run_ours.sh``: ``--num-timesteps 1 --gamma 1.0``; ``train_ours.py``:
-    ``num_reps = 6``; §4.1: one epoch of SGD at a fixed learning rate 0.01, σ = 0.25) is
-    ``num_steps=1, gamma=1, num_projections=6`` with ``epochs=1, lr=0.01,
-    lr_schedule=constant``, and δ = 0.01 according to our issue; the versions of
-    ``imagenet/train_ours.py`` we could read use ``dt = 0.1``.
+    Defaults: the authors' final ImageNet script, commit 38522bc ("updated ImageNet training"; its
+    loss is unchanged through HEAD a67b3d8), ``imagenet/train_ours.py``: the softmax-L2 distance
+    (L181–184), δ = ``dt = 0.01`` (L210), noise in pixel units (L171, L176) on each example with
+    probability p = 0.5 (L172–175) of std ``args.std*(timestep/args.num_timesteps)`` (L174;
+    ``timestep`` = 1..n_T, L90), f on the clean x (L179), W = N(0, I)/√1000 (L190, L196),
+    κ = ``num_reps = 6`` (L192), weight ``gamma*0.5*(1/num_timesteps)*std**2`` on the raw sum
+    (L221); ``imagenet/run_ours.sh`` as of 246b7db: ``--std 0.25 --num-timesteps 1 --gamma 1.0``
+    (L32–34; 246b7db also sets train_ours.py's ``--num-timesteps`` default to 1, L58). Hence
+    ``num_steps=1``, ``gamma=0.006``, ``fd_step=0.01``, ``noise_fraction=0.5``,
+    ``distance="softmax_mse"``, ``noise_schedule="linear"``; ``num_projections=10`` is the
+    paper's κ (App. B; Alg. 1: "default = 10"), not the script's 6. The paper's ImageNet run
+    (§4.1) is one epoch of SGD at a fixed lr 0.01, σ = 0.25, from a ResNet-50 "trained on clean
+    images for 29 epochs with the cross-entropy loss" (``epochs=1, lr=0.01,
+    lr_schedule=constant`` and a clean-trained ``init_checkpoint``).
 
-    Where the paper and the authors' scripts differ:
+    Earlier scripts, selectable here: ``imagenet/train_ours.py`` before 38522bc (e.g. a8a1855)
+    used KL(softmax f ‖ softmax v) (L201; ``distance="kl"``), δ = 0.1 (L234), no noise
+    (``noise_fraction=0``), n_T = 5 (L54), ``run_ours.sh --gamma 100`` (L31; γ = 0.6 here) and a
+    random v at every time step (L127–131). The CIFAR-10 script ``cifar10/train_ours.py`` (HEAD)
+    compares logits, ½‖v − f‖² (L181; ``"logit_mse"``), adds no noise, and has κ = 10 (L189),
+    W/√10 (L197–198), δ = 0.1 (L213), γ_a = 5 (L29), n_T = 5 steps of 200 epochs (L73–74), each
+    from a random v (L275–289): App. E's CIFAR-10 run.
 
-    - The projections act on the logits, as in both scripts (``output * W``); the paper's
-      eq. 16 leaves v's output unspecified.
-    - The distance term follows the paper's eq. 10 (``distance="softmax_mse"``). The CIFAR-10
-      script compares raw logits, ½‖v(x) − f(x)‖² (``"logit_mse"``); their ImageNet script uses
-      KL(softmax f(x) ‖ softmax v(x)) (``"kl"``).
-    - Noise follows the paper (half of the batch). The CIFAR-10 script adds none
-      (``noise_fraction=0``), nor does the ImageNet script version we read.
-    - The scripts restart v from random weights at every time step and train it from scratch
-      with a fresh optimizer and schedule (CIFAR-10: 200 epochs per step). Here, as in the paper's
-      text (§3–4, "retraining a model ... for one epoch"), v carries on from the previous step
-      under the run's one optimizer and schedule.
-    - The κ shifted inputs x̃ + δĝ_j go through the model as one batch of κ·B rows (the scripts
-      loop over j); with BatchNorm in train mode their batch statistics are pooled.
+    Other differences from the scripts:
+
+    - Exactly round(p·B) examples are noisy (the paper: "half of the training images"); the final
+      script draws a Bernoulli(p) mask per example (L173), so their number varies.
+    - ĝ = 0 where the gradient vanishes (eq. 18); the ImageNet script divides by the norm (L208).
+    - v carries on from step to step under the run's one optimizer and schedule; the final
+      ImageNet script also continues from v but builds a new optimizer and schedule at each step
+      (L103–121), which is the same at n_T = 1.
+    - The κ shifted inputs go through the model as one batch of κ·B rows (the scripts loop over
+      j); with BatchNorm in train mode their batch statistics are pooled.
 
     Measured on digits (digits_cnn, σ = 0.25, a gaussian-trained base at 0.82 noisy test
-    accuracy; one epoch, κ = 2, CPU): lr 0.001 with γ·h = 1 keeps it (0.83); at lr 0.01 it falls
-    to 0.62, with γ·h = 5 to chance, and ``logit_mse`` diverges even with γ = 0 (its curvature in
-    the last layer is large). The fixed lr 0.01 of the ImageNet recipe is not a general choice.
+    accuracy; one epoch, CPU): the defaults (γ = 0.006, κ = 10, δ = 0.01, n_T = 1) at the
+    paper's lr 0.01 keep it (0.82 → 0.83, tests/test_heat.py). Before this version (δ = 0.1,
+    κ = 2, old γ 1 and 5, i.e. γ = 0.2 and 1 on this scale): lr 0.001 with γ = 0.2 kept it
+    (0.83); at lr 0.01, γ = 0.2 fell to 0.62 and γ = 1 to chance. ``logit_mse`` diverges even
+    with γ = 0 (its curvature in the last layer is large).
 
-    Draws from the generator, in order: the noise of the first round(p·B) examples of the batch
-    (the trainer's batches are shuffled, so they are a random subset), then the projections
-    w (κ, B, N_c). ``"logits"`` are v(x̃).
+    Draws from the generator, in order: the permutation choosing the noisy examples (none when
+    round(p·B) = 0), their noise, then the projections w (κ, B, N_c). ``"logits"`` are v(x̃).
     """
 
     noises = ("gaussian",)  # it is the Gaussian heat equation
 
-    def __init__(self, *, num_steps: int = 5, gamma: float = 5.0, num_projections: int = 10,
-                 fd_step: float = 0.1, noise_fraction: float = 0.5,
-                 distance: str = "softmax_mse"):
+    def __init__(self, *, num_steps: int = 1, gamma: float = IMAGENET_GAMMA,
+                 num_projections: int = 10, fd_step: float = 0.01, noise_fraction: float = 0.5,
+                 distance: str = "softmax_mse", noise_schedule: str = "linear"):
         self.num_steps = check_count("num_steps", num_steps)  # n_T time steps; h = 1/n_T
-        self.gamma = check_nonnegative("gamma", gamma)  # γ: weight of the gradient penalty
+        self.gamma = check_nonnegative("gamma", gamma)  # γ: weight of ‖∇ₓv‖²_F's estimate
         self.num_projections = check_count("num_projections", num_projections)  # κ
         self.fd_step = check_positive_finite("fd_step", fd_step)  # δ, pixel units
         self.noise_fraction = check_in_range("noise_fraction", noise_fraction, 0, 1)  # p
-        if distance not in DISTANCES:
-            raise SmoothcertError(
-                f"distance must be one of {', '.join(DISTANCES)}, got {distance!r}"
-            )
-        self.distance = distance
+        self.distance = _check_choice("distance", distance, DISTANCES)
+        self.noise_schedule = _check_choice("noise_schedule", noise_schedule, NOISE_SCHEDULES)
         self.teacher: nn.Module | None = None  # the frozen f
-        self._step: int | None = None  # the time step the teacher belongs to
+        self._step: int | None = None  # the time step (0-based) the teacher belongs to
         self._saved: dict | None = None  # teacher weights restored by load_state_dict
 
     def loss(self, model, x, y, noise, generator):
         teacher = self._require_teacher()
         with torch.no_grad():
             target = teacher(x)  # f(x) on the clean batch
-        k = int(self.noise_fraction * len(x) + 0.5)  # round half up
-        x_tilde = torch.cat([x[:k] + noise.sample(x[:k], generator), x[k:]]) if k else x
+        scale = noise_scale(self._step, self.num_steps, self.noise_schedule)
+        x_tilde = noisy_subset(x, noise, self.noise_fraction, scale, generator)
         c = target.shape[1]
         shape = (self.num_projections, len(x), c)
         w = torch.randn(shape, generator=generator, device=x.device, dtype=x.dtype) / math.sqrt(c)
@@ -168,9 +201,11 @@ def heat_loss(
     """The HeatSmoothing loss of ``model`` (v) at inputs ``x_tilde`` (B, C, H, W) against the
     frozen ``teacher_logits`` f(x) (B, N_c), with JL ``projections`` w (κ, B, N_c).
 
-    loss = mean_i [ d(v(x̃_i), f(x_i)) + penalty_weight · Σ_j D_ij² ], D from
-    :func:`finite_differences`, d from :func:`heat_distance`. Returns ``"loss"``, ``"logits"``
-    v(x̃), and the batch means of ``"distance"`` and of the weighted ``"penalty"`` (detached).
+    loss = mean_i [ d(v(x̃_i), f(x_i)) + penalty_weight · Ĵ_i ], with d from
+    :func:`heat_distance` and Ĵ = (N_c/κ)·Σ_j D_j² the estimate of ‖∇ₓv(x̃_i)‖²_F of
+    :func:`jacobian_sq_norm` (D from :func:`finite_differences`). Returns ``"loss"``,
+    ``"logits"`` v(x̃), and the batch means of ``"distance"`` and of the weighted ``"penalty"``
+    (detached).
     """
     x_tilde = x_tilde.detach().requires_grad_(True)
     logits = model(x_tilde)
@@ -179,7 +214,7 @@ def heat_loss(
         penalty = torch.zeros_like(dist)
     else:
         fd = finite_differences(model, x_tilde, logits, projections, fd_step)
-        penalty = penalty_weight * fd.pow(2).sum(dim=0)
+        penalty = penalty_weight * jacobian_sq_norm(fd, projections.shape[-1])
     loss = (dist + penalty).mean()
     return {
         "loss": loss,
@@ -187,6 +222,16 @@ def heat_loss(
         "distance": dist.mean().detach(),
         "penalty": penalty.mean().detach(),
     }
+
+
+def jacobian_sq_norm(fd: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Ĵ (B,) = (N_c/κ)·Σ_j D_j² for finite differences ``fd`` D (κ, B) along projections
+    w ~ N(0, I/N_c) of ``num_classes`` = N_c outputs: an estimate of ‖∇ₓv‖²_F.
+
+    E_w[‖Jᵀw‖²] = ‖J‖²_F/N_c for a fixed Jacobian J, and D_j = ‖Jᵀw_j‖ for a linear v (to O(δ)
+    otherwise), so E[Ĵ] = ‖J‖²_F: the raw sum of the paper's eq. 16 is (κ/N_c)·Ĵ."""
+    kappa = fd.shape[0]
+    return fd.pow(2).sum(dim=0) * (num_classes / kappa)
 
 
 def finite_differences(
@@ -219,8 +264,9 @@ def heat_distance(
     logits: torch.Tensor, teacher_logits: torch.Tensor, distance: str
 ) -> torch.Tensor:
     """Per-example distance (B,) between v's ``logits`` and the teacher's:
-    ``softmax_mse`` ½‖softmax v − softmax f‖² (paper eq. 10), ``logit_mse`` ½‖v − f‖² (the
-    authors' CIFAR-10 script), ``kl`` KL(softmax f ‖ softmax v) (their ImageNet script)."""
+    ``softmax_mse`` ½‖softmax v − softmax f‖² (paper eq. 10; the authors' final ImageNet
+    script), ``logit_mse`` ½‖v − f‖² (eq. 15; their CIFAR-10 script), ``kl``
+    KL(softmax f ‖ softmax v) (their ImageNet script before commit 38522bc)."""
     if distance == "softmax_mse":
         return 0.5 * (logits.softmax(dim=1) - teacher_logits.softmax(dim=1)).pow(2).sum(dim=1)
     if distance == "logit_mse":
@@ -229,6 +275,34 @@ def heat_distance(
         log_p = F.log_softmax(teacher_logits, dim=1)
         return (log_p.exp() * (log_p - F.log_softmax(logits, dim=1))).sum(dim=1)
     raise SmoothcertError(f"distance must be one of {', '.join(DISTANCES)}, got {distance!r}")
+
+
+def noise_scale(step: int, num_steps: int, schedule: str) -> float:
+    """s/σ, the noise std of time step ``step`` (0-based) of ``num_steps`` relative to σ:
+    ``linear`` (step+1)/n_T, i.e. σ·t/n_T for t = 1..n_T (the authors' final ImageNet script);
+    ``constant`` 1 (the paper's eq. 10)."""
+    if schedule == "linear":
+        return (step + 1) / num_steps
+    if schedule == "constant":
+        return 1.0
+    raise SmoothcertError(
+        f"noise_schedule must be one of {', '.join(NOISE_SCHEDULES)}, got {schedule!r}"
+    )
+
+
+def noisy_subset(
+    x: torch.Tensor, noise, fraction: float, scale: float, generator: torch.Generator
+) -> torch.Tensor:
+    """x̃: the batch ``x`` (B, ...) with ``scale``·``noise`` added to round(``fraction``·B)
+    examples (round half up) and the others unchanged. Which examples: the first of a random
+    permutation of the batch drawn from ``generator``; then their noise, in that order."""
+    k = int(fraction * len(x) + 0.5)
+    if k == 0:
+        return x
+    rows = torch.randperm(len(x), generator=generator, device=x.device)[:k]
+    x_tilde = x.clone()
+    x_tilde[rows] = x[rows] + scale * noise.sample(x[rows], generator)
+    return x_tilde
 
 
 def time_step(epoch: int, num_epochs: int, num_steps: int) -> int:
@@ -250,6 +324,12 @@ def frozen_copy(model: nn.Module, state: dict | None = None) -> nn.Module:
     for p in teacher.parameters():
         p.grad = None
     return teacher.eval().requires_grad_(False)
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise SmoothcertError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
 
 
 def _unit_rows(g: torch.Tensor) -> torch.Tensor:
