@@ -76,19 +76,38 @@ fi
 RUNS=(gaussian_s025 gaussian_s050 gaussian_s100 consistency_s025 consistency_s050 consistency_s100
       stability_s050 gaussian_dd_s050 heat_s050 macer_s050 easy_focus_discard_s050
       easy_focus_reweigh_s050 easy_focus_attack_s050 easy_focus_s050 smoothadv_s050
-      smoothadv_consistency_s050)  # cheapest first; gaussian_s050 before heat_s050 (its start)
-sample=(--skip 20 --max "$count" --seed 0 --alpha 0.001 --batch 10000 --device "$device"
+      smoothadv_consistency_s050
+      clean heat_g0006_s050 heat_g001_s050 heat_g003_s050 heat_g01_s050 smoothmix_s050 catrs_s050
+      gaussian_dd900_s050)  # cheapest first; each fine-tune after the run it starts from
+sample=(--skip 20 --seed 0 --alpha 0.001 --batch 10000 --device "$device"
         --no-progress "${data[@]}")
 
 records_of() {  # the record files (stems) of run $1
     local stems=(certify sequential)
     case $1 in
         gaussian_s025) stems+=(sequential_nmax100k) ;;
-        gaussian_s050) stems+=(data_dependent sequential_nmax100k) ;;
-        consistency_s050 | gaussian_dd_s050) stems+=(data_dependent) ;;
+        gaussian_s050) stems+=(data_dependent sequential_nmax100k data_dependent_k300
+                               data_dependent_k900 data_dependent_package grad_norms) ;;
+        consistency_s050) stems+=(data_dependent data_dependent_k900 grad_norms) ;;
+        gaussian_dd_s050) stems+=(data_dependent) ;;
         heat_s050) stems+=(deterministic lbound_heuristic) ;;
+        # Step 9 (issue 16): the runs added then certify only what their claims need
+        clean) stems=() ;;
+        heat_g0006_s050) stems=(deterministic certify) ;;  # the ImageNet-equivalent γ
+        heat_g*) stems=(deterministic) ;;
+        smoothmix_s050 | catrs_s050) stems=(certify grad_norms) ;;
+        gaussian_dd900_s050) stems=(certify data_dependent data_dependent_k900) ;;
+        smoothadv_s050 | macer_s050 | easy_focus_s050) stems+=(grad_norms) ;;
     esac
     echo "${stems[@]}"
+}
+
+count_of() {  # rows of record file $1: the first 200 (K = 300, 900) or 20 (the package's 900
+    case $1 in  # steps of 100 draws) of the 500 images, which the CPU can afford (~80 s/image)
+        data_dependent_k*) echo 200 ;;
+        data_dependent_package) echo 20 ;;
+        *) echo "$count" ;;
+    esac
 }
 
 grid_of() {  # sequential grid of run $1: 0.25 steps up to CERTIFY's n = 10,000 reach (3.19σ)
@@ -100,8 +119,10 @@ grid_of() {  # sequential grid of run $1: 0.25 steps up to CERTIFY's n = 10,000 
     esac
 }
 
-complete() {  # record file $1 holds all $count rows (plus its header)
-    [[ -f $1 ]] && (( $(wc -l <"$1") > count ))
+complete() {  # record file $1 holds all rows of its stem (plus its header)
+    local stem
+    stem=$(basename "$1" .tsv)
+    [[ -f $1 ]] && (( $(wc -l <"$1") > $(count_of "$stem") ))
 }
 
 published() {  # run $1 is done: config, log and every complete record file in results/step5/$1
@@ -125,9 +146,11 @@ hardware() {
 train_run() {  # train run $1 (resuming), appending this invocation's wall time to wall_time.tsv
     local name=$1 dir=$work/$1 started start before seconds
     if [[ -f $dir/trained ]]; then return; fi
-    if [[ $name == heat_s050 && ! -f $work/gaussian_s050/checkpoint.pt ]]; then
-        echo "heat_s050 fine-tunes $work/gaussian_s050/checkpoint.pt, which is missing: run" \
-             "gaussian_s050 first (delete $out/gaussian_s050 if it was published)" >&2
+    local init
+    init=$(sed -n 's/^init_checkpoint: *//p' "$recipes/$name.yaml")
+    if [[ -n $init && ! -f $init ]]; then
+        echo "$name fine-tunes $init, which is missing: train $(basename "$(dirname "$init")")" \
+             "first (delete its folder in $out if it was published)" >&2
         exit 2
     fi
     mkdir -p "$dir"
@@ -152,6 +175,10 @@ certify_args() {  # the certify flags of record file $2 of run $1
         sequential_nmax100k) echo --certifier sequential --n0 100 --n 100000 \
                                   --radii "$(grid_of "$1")" --compile ;;
         data_dependent) echo --certifier data-dependent --n0 100 --n 10000 --compile ;;
+        data_dependent_k*) echo --certifier data-dependent --opt "num_steps=${2#data_dependent_k}" \
+                                --n0 100 --n 10000 --compile ;;
+        data_dependent_package) echo --certifier data-dependent --opt preset=package --n0 100 \
+                                     --n 10000 --compile ;;
         deterministic) echo --certifier deterministic --n 10000 ;;
         lbound_heuristic) echo --certifier lbound-heuristic ;;
     esac
@@ -159,19 +186,45 @@ certify_args() {  # the certify flags of record file $2 of run $1
 
 certify_file() {  # certify_file RUN STEM: 0 when complete, 1 when another process holds it
     local name=$1 stem=$2 file=$work/$1/$2.tsv rc=0 args
-    if complete "$file"; then return 0; fi
-    read -ra args <<<"$(certify_args "$name" "$stem")"
-    flock -n -E 75 "$file.claim" "${smoothcert[@]}" certify "$work/$name/checkpoint.pt" \
-        "${args[@]}" "${sample[@]}" --out "$file" || rc=$?
+    if complete "$file" || complete "$out/$name/$stem.tsv"; then return 0; fi
+    same_training "$name"
+    if [[ $stem == grad_norms ]]; then  # Sun et al.'s Table 1, on the certified test images
+        flock -n -E 75 "$file.claim" "${smoothcert[@]}" analyze grad-norms \
+            "$work/$name/checkpoint.pt" --split test --n 100 --skip 20 --max "$count" --seed 0 \
+            --device "$device" --no-progress "${data[@]}" --out "$file" >/dev/null || rc=$?
+    else
+        read -ra args <<<"$(certify_args "$name" "$stem")"
+        flock -n -E 75 "$file.claim" "${smoothcert[@]}" certify "$work/$name/checkpoint.pt" \
+            "${args[@]}" "${sample[@]}" --max "$(count_of "$stem")" --out "$file" || rc=$?
+    fi
     if (( rc == 75 )); then return 1; fi
     if (( rc != 0 )); then exit "$rc"; fi
     if ! complete "$file"; then echo "$file is incomplete after certify" >&2; exit 1; fi
 }
 
-publish() {  # copy run $1's small files (not the checkpoint) to results/step5/$1
-    local dir=$work/$1
+same_training() {  # a retrained run $1 must match its published log (all but the timings)
+    local new=$work/$1/log.tsv old=$out/$1/log.tsv
+    [[ -f $old && -f $new ]] || return 0
+    if ! cmp -s <(untimed "$old") <(untimed "$new"); then
+        echo "$new differs from the published $old beyond its timings: the retrained model" \
+             "is not the one whose records are published; delete $out/$1 to redo the run" >&2
+        exit 1
+    fi
+}
+
+untimed() {  # log file $1 without its seconds and peak_mem_mb columns
+    awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) drop[i] = ($i == "seconds" ||
+                                                               $i == "peak_mem_mb") }
+                 { row = ""; for (i = 1; i <= NF; i++) if (!drop[i]) row = row $i "\t"
+                   print row }' "$1"
+}
+
+publish() {  # copy run $1's small files (not the checkpoint) to results/step5/$1; files
+    local dir=$work/$1 file  # published before (a retrained run's log) are kept as they were
     mkdir -p "$out/$1"
-    cp "$dir/config.yaml" "$dir"/*.tsv "$dir"/*.tsv.manifest.json "$out/$1/"
+    for file in "$dir/config.yaml" "$dir"/*.tsv "$dir"/*.tsv.manifest.json; do
+        if [[ -f $file && ! -f $out/$1/$(basename "$file") ]]; then cp "$file" "$out/$1/"; fi
+    done
 }
 
 training_now() {  # a `train` process of this study is alive
@@ -306,6 +359,53 @@ report "$out/data_dependent.md" \
 report "$out/heat.md" "$out/gaussian_s050/certify.tsv" \
     $(files certify heat_s050) $(files deterministic heat_s050) \
     $(files lbound_heuristic heat_s050) --radii 0:2:0.25 --plot "$out/heat.png"
+# Step 9 (issue 16). Sun et al.'s seven methods at σ = 0.5: certified accuracy (their Fig. 6),
+# the p̂_A ECDFs (Fig. 3) and the easy/hard gradient norms with ACR (Table 1).
+seven=(gaussian_s050 smoothadv_s050 macer_s050 consistency_s050 smoothmix_s050 catrs_s050
+       easy_focus_s050)
+report "$out/seven_s050.md" $(files certify "${seven[@]}") --radii 0:2:0.25 \
+    --plot "$out/seven_s050.png" --ecdf "$out/seven_s050_pa_ecdf.png"
+"${smoothcert[@]}" analyze easy-hard $(files grad_norms "${seven[@]}") \
+    --acr $(files certify "${seven[@]}") >"$out/grad_norms.md.tmp"
+mv "$out/grad_norms.md.tmp" "$out/grad_norms.md"
+# Claim 5 re-tested: one epoch of the authors' final HeatSmoothing from the clean model, γ swept.
+heats=(heat_g0006_s050 heat_g001_s050 heat_g003_s050 heat_g01_s050)
+report "$out/heat_faithful.md" "$out/gaussian_s050/certify.tsv" $(files certify heat_g0006_s050) \
+    $(files deterministic "${heats[@]}") \
+    --radii 0:2:0.25 --plot "$out/heat_faithful.png"
+# Claim 3 re-tested: OptimizeSigma's budget K ∈ {100, 300, 900} at α_σ = 1e-4 and the package's
+# option set, then data-dependent training with the authors' number of σ updates.
+report "$out/dd_budgets.md" \
+    $(files certify gaussian_s050) \
+    $(for stem in data_dependent data_dependent_k300 data_dependent_k900; do
+          files "$stem" gaussian_s050; done) \
+    $(files certify consistency_s050) $(files data_dependent_k900 consistency_s050) \
+    $(files certify gaussian_dd900_s050) $(files data_dependent gaussian_dd900_s050) \
+    $(files data_dependent_k900 gaussian_dd900_s050) \
+    --radii 0:2.5:0.25 --common --plot "$out/dd_budgets.png" \
+    --sigma-hist "$out/dd_sigma_hist.png"
+report "$out/dd_package.md" $(for stem in certify data_dependent data_dependent_k900 \
+                                  data_dependent_package; do files "$stem" gaussian_s050; done) \
+    --radii 0:2.5:0.25 --common
+report "$out/dd_agreement.md" \
+    $(for name in gaussian_s050 consistency_s050 gaussian_dd900_s050; do
+          files certify "$name"; files data_dependent_k900 "$name"; done) \
+    --agreement --common --radii 0:2.5:0.25
+{   # σ_x of the training examples at the end of data-dependent training (the logs' last rows)
+    printf 'name\tdd_steps_per_epoch\tsigma_updates\tsigma_min\tsigma_mean\tsigma_max\n'
+    for name in gaussian_dd_s050 gaussian_dd900_s050; do
+        awk -F'\t' -v name="$name" '
+            FILENAME ~ /config.yaml$/ { split($0, kv, ": "); cfg[kv[1]] = kv[2]; next }
+            FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+            { last = $0; epochs = $(col["epoch"]) }
+            END { split(last, f, "\t"); k = cfg["dd_steps"]
+                  printf "%s\t%d\t%d\t%.4f\t%.4f\t%.4f\n", name, k,
+                         k * (epochs - cfg["dd_start_epoch"]), f[col["sigma_min"]],
+                         f[col["sigma_mean"]], f[col["sigma_max"]] }
+        ' "$out/$name/config.yaml" "$out/$name/log.tsv"
+    done
+} >"$out/dd_training.tsv"
+
 # Claim 6: sequential vs fixed-n CERTIFY, per σ on the sequential grid.
 report "$out/sequential_s025.md" \
     $(for name in gaussian_s025 consistency_s025; do files certify "$name"
@@ -360,6 +460,7 @@ done
     printf 'name\tfile\timages\tseconds\tseconds_per_image\tdevice\n'
     for name in "${RUNS[@]}"; do
         for stem in $(records_of "$name"); do
+            if [[ $stem == grad_norms ]]; then continue; fi  # an analysis, not a certificate
             awk -F'\t' -v name="$name" -v stem="$stem" -v device="$(device_of "$name" "$stem")" '
                 FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
                 { s += $(col["time"]); n++ }
@@ -394,7 +495,7 @@ report "$out/train_cost.md" --train $(for name in "${RUNS[@]}"; do echo "$out/$n
 # The TSV summaries as Markdown tables, then every piece into its block of docs/RESULTS.md:
 # the lines between <!-- report:step5.NAME --> and <!-- /report:step5.NAME --> are replaced by
 # results/step5/NAME.md, so the document's tables are only ever written here.
-for tsv in train_time certify_time sequential_draws; do
+for tsv in train_time certify_time sequential_draws dd_training; do
     awk -F'\t' '{ row = "|"; for (i = 1; i <= NF; i++) row = row " " $i " |"; print row }
                  NR == 1 { row = "|"; for (i = 1; i <= NF; i++) row = row " --- |"; print row }' \
         "$out/$tsv.tsv" >"$out/$tsv.md.tmp"

@@ -404,10 +404,17 @@ def test_every_report_column_is_defined_in_help_and_readme(capsys):
     from pathlib import Path
 
     from smoothcert.cli import main
-    from smoothcert.report import ENVELOPE, attack_table, certification_table, training_table
+    from smoothcert.report import (
+        ENVELOPE,
+        SIGMA_COLUMNS,
+        attack_table,
+        certification_table,
+        training_table,
+    )
 
     headers = {*certification_table([], (0.5,)).headers, *attack_table([], (0.5,)).headers,
-               *training_table([]).headers, "adjusted", ENVELOPE, "first", "second", "agree"}
+               *training_table([]).headers, "adjusted", ENVELOPE, "first", "second", "agree",
+               *(header for _, header, _ in SIGMA_COLUMNS)}
     generic = {"r=0.5": "r=R", "d≤0.5": "d≤D"}
     headers = {generic.get(h, h) for h in headers}
     assert main(["report", "--help"]) == 0

@@ -23,7 +23,9 @@ from smoothcert.runs.records import open_records
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "results" / "step5_study.sh"
 STEMS = {"certify": "certify", "sequential": "sequential", "data_dependent": "data-dependent",
-         "deterministic": "deterministic", "lbound_heuristic": "lbound-heuristic"}
+         "data_dependent_k300": "data-dependent", "data_dependent_k900": "data-dependent",
+         "data_dependent_package": "data-dependent", "deterministic": "deterministic",
+         "lbound_heuristic": "lbound-heuristic"}
 COUNT = 500  # rows per record file, as the driver's `complete` requires
 
 
@@ -43,49 +45,79 @@ def _runs() -> list[str]:
     return re.search(r"^RUNS=\(([^)]*)\)", text, flags=re.MULTILINE).group(1).split()
 
 
+def _driver(function: str, *args: str) -> str:
+    """The output of the driver's shell function ``function`` (its definition, run alone)."""
+    text = DRIVER.read_text(encoding="utf-8")
+    body = re.search(rf"^{function}\(\) {{.*?^}}$", text, flags=re.MULTILINE | re.DOTALL).group(0)
+    done = subprocess.run(["bash", "-c", f"count={COUNT}\n{body}\n{function} \"$@\"", "_", *args],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
 def _stems(name: str) -> list[str]:
-    stems = ["certify", "sequential"]
-    if name in ("gaussian_s025", "gaussian_s050"):
-        stems.append("sequential_nmax100k")
-    if name in ("gaussian_s050", "consistency_s050", "gaussian_dd_s050"):
-        stems.append("data_dependent")
-    if name == "heat_s050":
-        stems += ["deterministic", "lbound_heuristic"]
-    return stems
+    """The driver's own list of run ``name``'s files."""
+    return _driver("records_of", name).split()
 
 
-def _write_records(path: Path, task: str, sigma: float, draws: int) -> None:
-    """COUNT rows: image i is correct with radius σ·(i mod 4)/4, or abstains when i mod 4 = 3;
-    ``n`` = draws, n0 = 100, time 0.5 s each."""
+def _count(stem: str) -> int:
+    return int(_driver("count_of", stem))
+
+
+def _write_grad_norms(path: Path) -> None:
+    """Even rows easy (p̂_A = 0.9, ‖∇θL‖ = 1), odd rows hard (p̂_A = 0.1, ‖∇θL‖ = 4)."""
+    rows = ["idx\tlabel\tp_hat\tgrad_norm"]
+    rows += [f"{20 * i}\t{i % 10}\t{0.1 if i % 2 else 0.9}\t{4.0 if i % 2 else 1.0}"
+             for i in range(COUNT)]
+    path.write_text("\n".join(rows) + "\n")
+
+
+def _write_records(path: Path, task: str, sigma: float, draws: int, count: int = COUNT) -> None:
+    """``count`` rows: image i is correct with radius σ·(i mod 4)/4, or abstains when i mod 4 = 3;
+    ``n`` = draws, n0 = 100, time 0.5 s each; data-dependent rows at σ_x = σ·(1 + (i mod 5)/100)."""
     columns = task_class(task).columns
     writer, _ = open_records(path, columns, {"kind": task,
                                              "identity": {"task": task, "device_type": "cpu"},
                                              "shard": {}})
+    dd = task == "data-dependent"
     with writer:
-        for i in range(COUNT):
+        for i in range(count):
             abstain = i % 4 == 3
             row = dict(idx=20 * i, label=i % 10, predict=-1 if abstain else i % 10,
                        radius=0.0 if abstain else sigma * (i % 4) / 4, correct=int(not abstain),
                        time=0.5, p_lower=0.9, nA=draws, n0=100, n=draws, alpha=0.001,
-                       sigma=sigma, seed=0, n_max=10_000, p_upper=1.0, stopped="all",
+                       sigma=sigma * (1 + i % 5 / 100) if dd else sigma, seed=0,
+                       n_max=10_000, p_upper=1.0, stopped="all",
                        predict_mc=i % 10, radius_mc=0.0, adjusted=0, p_top=0.9,
                        p_runner_up=0.1, runner_up=0, guarantee="heuristic")
             writer.write({c: row[c] for c in columns})
 
 
 def _publish(out: Path, name: str) -> None:
-    sigma = {"025": 0.25, "050": 0.5, "100": 1.0}[name[-3:]]
+    sigma = 1e-6 if name == "clean" else {"025": 0.25, "050": 0.5, "100": 1.0}[name[-3:]]
     run = out / name
     run.mkdir(parents=True)
-    (run / "config.yaml").write_text(
-        f"method: gaussian\nmethod_params:\n  num_noise: 1\nsigma: {sigma}\nsigma_mode: fixed\n")
-    (run / "log.tsv").write_text("epoch\tseconds\tpeak_mem_mb\n1\t3.0\t800\n2\t5.0\t810\n")
+    if "_dd" in name:  # data-dependent training: 64 σ steps per epoch from epoch 4 of 18
+        (run / "config.yaml").write_text(
+            f"method: gaussian\nsigma: {sigma}\nsigma_mode: data_dependent\ndd_steps: 64\n"
+            "dd_start_epoch: 4\n")
+        (run / "log.tsv").write_text(
+            "epoch\tseconds\tpeak_mem_mb\tsigma_mean\tsigma_min\tsigma_max\n"
+            "17\t3.0\t800\t0.51\t0.5\t0.52\n18\t5.0\t810\t0.6\t0.45\t0.75\n")
+    else:
+        (run / "config.yaml").write_text(
+            f"method: gaussian\nmethod_params:\n  num_noise: 1\nsigma: {sigma}\n"
+            "sigma_mode: fixed\n")
+        (run / "log.tsv").write_text("epoch\tseconds\tpeak_mem_mb\n1\t3.0\t800\n2\t5.0\t810\n")
     (run / "wall_time.tsv").write_text(
         "started\tseconds\tepochs_before\tepochs_after\tdevice\thardware\n"
         "2026-11-22T00:00:00Z\t100.0\t0\t2\tcpu\tx86_64 CPU\n")
     for stem in _stems(name):
+        if stem == "grad_norms":
+            _write_grad_norms(run / f"{stem}.tsv")
+            continue
         draws = 2_400 if stem.startswith("sequential") else 10_000
-        _write_records(run / f"{stem}.tsv", STEMS.get(stem, "sequential"), sigma, draws)
+        _write_records(run / f"{stem}.tsv", STEMS.get(stem, "sequential"), sigma, draws,
+                       _count(stem))
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +176,8 @@ def test_cost_tables(reported):
     cost = (out / "train_cost.md").read_text()
     assert all(f"| {name} |" in cost for name in _runs())
     lines = (out / "certify_time.tsv").read_text().splitlines()
-    assert len(lines) == 1 + sum(len(_stems(name)) for name in _runs())
+    certificates = [s for name in _runs() for s in _stems(name) if s != "grad_norms"]
+    assert len(lines) == 1 + len(certificates)
     assert lines[1].split("\t") == ["gaussian_s025", "certify", "500", "250.0", "0.500",
                                  "cpu"]
 
@@ -181,6 +214,33 @@ def test_sequential_draws(reported):
     lines = (out / "sequential_draws.tsv").read_text().splitlines()
     assert lines[0].split("\t") == ["name", "file", "certify_forward_per_image",
                                     "sequential_forward_per_image", "fewer", "stopped"]
-    assert len(lines) == 1 + len(_runs()) + 2  # gaussian_s025, _s050: two sequential files
+    sequential = [s for name in _runs() for s in _stems(name) if s.startswith("sequential")]
+    assert len(lines) == 1 + len(sequential)  # gaussian_s025, _s050: two sequential files
     assert lines[1].split("\t") == ["gaussian_s025", "sequential", "10100", "2500", "4.04",
                                     "all=500"]
+
+
+def test_step9_pieces(reported):
+    """Sun et al.'s Table 1 and figures for the seven methods, the HeatSmoothing sweep and the
+    data-dependent budgets, from the synthetic rows."""
+    out, _ = reported
+    for piece in ("seven_s050", "heat_faithful", "dd_budgets"):
+        assert (out / f"{piece}.md").read_text().startswith("| name |"), piece
+        assert (out / f"{piece}.png").stat().st_size > 0, piece
+    assert (out / "seven_s050_pa_ecdf.png").stat().st_size > 0
+    assert (out / "dd_sigma_hist.png").stat().st_size > 0
+    table = (out / "grad_norms.md").read_text().splitlines()
+    assert len(table) == 2 + 7
+    for row in table[2:]:  # easy 1.0, hard 4.0: ratio 0.25; ACR (0 + σ/4 + σ/2)/4 at σ = 0.5
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1:] == ["500", "250", "1.000", "250", "4.000", "0.250", "0.094"], row
+    # --common: every file on the images they all hold (K = 300, 900: 200; the package: 20)
+    for piece, count in (("dd_budgets", "200"), ("dd_package", "20")):
+        rows = (out / f"{piece}.md").read_text().splitlines()[2:]
+        assert {[c.strip() for c in row.strip("|").split("|")][1] for row in rows} == {count}
+    assert "σ_x min" in (out / "dd_budgets.md").read_text()
+    training = (out / "dd_training.tsv").read_text().splitlines()
+    assert training[0].split("\t") == ["name", "dd_steps_per_epoch", "sigma_updates",
+                                       "sigma_min", "sigma_mean", "sigma_max"]
+    assert training[2].split("\t") == ["gaussian_dd900_s050", "64", "896", "0.4500", "0.6000",
+                                       "0.7500"]

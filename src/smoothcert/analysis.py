@@ -25,17 +25,28 @@ buffers are not updated. The method is put in its state of the last training epo
 its saved state (e.g. heat's teacher, easy_focus's kept examples) is restored when the checkpoint
 was trained with the same method, then ``on_epoch_start(last epoch)`` sets warm-up ε, deferred
 λ or the easy_focus attack as they were at the end of training.
+
+Grad-norm files keep the per-example results (:data:`GRAD_NORM_COLUMNS`: idx, label, p_hat,
+grad_norm) with a manifest ``FILE.manifest.json`` holding the settings that produced them
+(:func:`grad_norms_identity`); :func:`grad_norm_file` reads such a file back instead of
+computing it again, and :func:`easy_hard_comparison` turns several (one per training method)
+into Sun et al.'s Table 1: easy and hard counts and mean norms, easy/hard, and the ACR.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
 from .errors import SmoothcertError, check_count
+from .io import atomic_write, format_row, write_json_atomic
 from .rng import derived_seed, example_generator
 from .sampling import BatchedVotes
 from .tensors import eval_mode, model_device
@@ -43,12 +54,14 @@ from .tensors import eval_mode, model_device
 
 @dataclass(frozen=True)
 class GradNorms:
-    """Per example (aligned with ``idx``): p̂_A of the label from ``n`` draws and ‖∇_θ L‖₂."""
+    """Per example (aligned with ``idx``): its label, p̂_A of the label from ``n`` draws and
+    ‖∇_θ L‖₂. ``n`` is None for a grad-norm file read without its manifest."""
 
     idx: np.ndarray  # int64
+    labels: np.ndarray  # int64
     p_hat: np.ndarray  # float64 in [0, 1]
     norms: np.ndarray  # float64 ≥ 0
-    n: int
+    n: int | None
 
 
 @dataclass(frozen=True)
@@ -99,15 +112,16 @@ def gradient_norms(model: nn.Module, method, noise, inputs: torch.Tensor, labels
     check_count("n", n)
     device = model_device(model)
     idx = np.arange(len(inputs)) if idx is None else np.asarray(idx, dtype=np.int64)
-    p_hat, norms = np.empty(len(idx)), np.empty(len(idx))
+    ys, p_hat, norms = np.empty(len(idx), dtype=np.int64), np.empty(len(idx)), np.empty(len(idx))
     for i, (k, x, y) in enumerate(zip(idx, inputs, labels, strict=True)):
         gen = example_generator(seed, int(k), device)
         x, y = x.to(device), int(y)
+        ys[i] = y
         p_hat[i] = label_frequency(model, x, y, noise, n, num_classes, batch_size, gen)
         norms[i] = loss_gradient_norm(model, method, x, y, noise, gen)
         if progress is not None:
             progress.update()
-    return GradNorms(idx, p_hat, norms, n)
+    return GradNorms(idx, ys, p_hat, norms, n)
 
 
 def easy_hard(result: GradNorms) -> EasyHard:
@@ -150,9 +164,8 @@ def method_at_end_of_training(name: str, params: dict, checkpoint, model: nn.Mod
     from .methods import EpochContext, build_method
 
     meta, state = checkpoint.meta, checkpoint.train_state or {}
-    trained = meta.get("method", {})
-    same = trained.get("name") == name
-    method = build_method(name, **{**(trained.get("hparams", {}) if same else {}), **params})
+    same = meta.get("method", {}).get("name") == name
+    method = build_method(name, **_method_hparams(name, params, meta))
     if same and "method" in state:
         method.load_state_dict(state["method"])
     epochs = int(meta.get("epoch", 0))
@@ -163,6 +176,12 @@ def method_at_end_of_training(name: str, params: dict, checkpoint, model: nn.Mod
         num_epochs=max(total, 1), model=model, train_data=data, noise=noise,
         generator=generator, device=torch.device(device)))
     return method
+
+
+def _method_hparams(name: str, params: dict, meta: dict) -> dict:
+    """``params`` over the checkpoint's hyperparameters when it was trained with ``name``."""
+    trained = meta.get("method", {})
+    return {**(trained.get("hparams", {}) if trained.get("name") == name else {}), **params}
 
 
 def checkpoint_grad_norms(checkpoint_path, method: str | None = None, params: dict | None = None,
@@ -204,3 +223,169 @@ def checkpoint_grad_norms(checkpoint_path, method: str | None = None, params: di
     with tqdm(total=len(idx), disable=not progress, desc="grad-norms", unit="img") as bar:
         return gradient_norms(model, loss, noise, x, y, n=n, num_classes=data.num_classes,
                               batch_size=batch_size, seed=seed, idx=idx, progress=bar)
+
+
+# --------------------------------------------------------------------------- grad-norm files
+GRAD_NORM_COLUMNS = ("idx", "label", "p_hat", "grad_norm")
+"""A grad-norm file's header: one row per example of :class:`GradNorms` (``grad_norm`` is its
+``norms``); ``n`` and the settings that produced the rows are in the manifest beside it."""
+
+
+def grad_norms_identity(checkpoint_path, method: str | None = None, params: dict | None = None,
+                        *, sigma: float | None = None, n: int = 100, dataset: str | None = None,
+                        split: str = "train", skip: int = 1, max_count: int | None = None,
+                        seed: int = 0, device="cpu") -> dict:
+    """Everything that determines the rows of :func:`checkpoint_grad_norms` with these
+    arguments, resolved against the checkpoint (its SHA-256; the method's name and completed
+    hyperparameters, σ and dataset, the checkpoint's where not given), as JSON reads it back.
+    ``batch_size`` is not part of it: p̂_A's draws come in fixed chunks whatever the batch.
+    ``device_type`` is: CPU and CUDA generators draw different noise."""
+    from .io import file_sha256
+    from .methods import build_method
+    from .models.checkpoint import load_checkpoint
+
+    meta = load_checkpoint(checkpoint_path, map_location="cpu").meta
+    name = method or meta["method"]["name"]
+    hparams = build_method(name, **_method_hparams(name, params or {}, meta)).hparams()
+    identity = {
+        "checkpoint_sha256": file_sha256(checkpoint_path), "method": name, "hparams": hparams,
+        "sigma": float(sigma if sigma is not None else meta["noise"]["sigma"]),
+        "n": n, "dataset": dataset or meta["dataset"], "split": split, "skip": skip,
+        "max_count": max_count, "seed": seed, "device_type": torch.device(device).type,
+    }
+    return json.loads(json.dumps(identity))
+
+
+def write_grad_norms(path, result: GradNorms, manifest: dict) -> None:
+    """Write ``result`` as a grad-norm file: the manifest ``PATH.manifest.json`` (``manifest``
+    plus ``columns`` and ``examples``, the row count), then the TSV, each atomically (a reader
+    sees a complete file or none). Refuses a non-finite norm, which no reader would accept."""
+    from .runs.records import manifest_path
+
+    bad = np.flatnonzero(~np.isfinite(result.norms))
+    if bad.size:
+        raise SmoothcertError(f"example idx {result.idx[bad[0]]} has loss-gradient norm "
+                              f"{result.norms[bad[0]]} (the loss diverges there); nothing written")
+    write_json_atomic(manifest_path(path), {**manifest, "columns": list(GRAD_NORM_COLUMNS),
+                                            "examples": len(result.idx)})
+    rows = zip(result.idx, result.labels, result.p_hat, result.norms, strict=True)
+    with atomic_write(path) as f:
+        f.write(format_row(GRAD_NORM_COLUMNS) + "".join(map(format_row, rows)))
+
+
+def read_grad_norms(path) -> GradNorms:
+    """A grad-norm file (ours, or hand-written with at least the columns
+    :data:`GRAD_NORM_COLUMNS`), validated as a record file (idx unique, label an integer ≥ 0,
+    p_hat in [0, 1], grad_norm finite ≥ 0). With a manifest, it must hold all the manifest's
+    examples, and ``n`` is the manifest's; without one, ``n`` is None."""
+    from .runs.records import read_records
+
+    if not Path(path).is_file():
+        raise SmoothcertError(f"grad-norm file {path} does not exist; check the path")
+    records = read_records(path)
+    missing = [c for c in GRAD_NORM_COLUMNS if c not in records]
+    if missing:
+        raise SmoothcertError(f"{path} is not a grad-norm file: no column {', '.join(missing)} "
+                              f"(it needs {' '.join(GRAD_NORM_COLUMNS)})")
+    manifest = records.manifest or {}
+    expected = manifest.get("examples", len(records))
+    if len(records) != expected:
+        raise SmoothcertError(f"{path} has {len(records)} rows, its manifest {expected}: the "
+                              "file is incomplete or was edited; delete it and compute it again")
+    return GradNorms(records["idx"].astype(np.int64), records["label"].astype(np.int64),
+                     records["p_hat"].astype(np.float64), records["grad_norm"].astype(np.float64),
+                     (manifest.get("identity") or {}).get("n"))
+
+
+def grad_norm_file(out, checkpoint_path, method: str | None = None, params: dict | None = None,
+                   *, batch_size: int = 1000, data_root=None, progress: bool = False,
+                   **selection) -> GradNorms:
+    """:func:`checkpoint_grad_norms` kept in the grad-norm file ``out``: computed and written
+    (:func:`write_grad_norms`) when ``out`` does not exist; read back, without computing, when
+    it exists with the same identity (:func:`grad_norms_identity` of ``selection``: sigma, n,
+    dataset, split, skip, max_count, seed, device); refused when its identity differs."""
+    from .io import check_not_input
+    from .runs.records import manifest_path
+
+    out = Path(out)
+    check_not_input(out, [checkpoint_path], what="the checkpoint")
+    check_not_input(manifest_path(out), [checkpoint_path], what="the checkpoint")
+    identity = grad_norms_identity(checkpoint_path, method, params, **selection)
+    if out.exists():
+        return _reuse(out, identity)
+    _check_writable(out)
+    result = checkpoint_grad_norms(checkpoint_path, method, params, batch_size=batch_size,
+                                   data_root=data_root, progress=progress, **selection)
+    write_grad_norms(out, result, {"kind": "grad-norms", "identity": identity,
+                                   "checkpoint": str(checkpoint_path)})
+    return result
+
+
+def _reuse(out: Path, identity: dict) -> GradNorms:
+    from .runs.records import read_manifest
+
+    if out.is_dir():
+        raise SmoothcertError(f"output {out} is a directory; give a file name")
+    old = read_manifest(out)
+    if old is None:
+        raise SmoothcertError(f"{out} exists but has no manifest; choose another --out")
+    was = old.get("identity") or {}
+    differ = sorted(k for k in set(was) | set(identity) if was.get(k) != identity.get(k))
+    if differ:
+        raise SmoothcertError(f"{out} was made with a different configuration (differs in: "
+                              f"{', '.join(differ)}); use another --out or the original settings")
+    return read_grad_norms(out)
+
+
+def _check_writable(out: Path) -> None:
+    """Before hours of computing: ``out``'s folder (created if missing) must take the file."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as err:
+        raise SmoothcertError(f"cannot create the folder of {out}: a file is in the way") from err
+    if not os.access(out.parent, os.W_OK):
+        raise SmoothcertError(f"output folder {out.parent} is not writable; choose another --out")
+
+
+# --------------------------------------------------------------------------- Sun et al.'s Table 1
+def easy_hard_comparison(paths: Sequence, acr: Sequence | None = None):
+    """Sun et al.'s Table 1 from grad-norm files: a :class:`smoothcert.report.Table` with one row
+    per file — its name (:func:`~smoothcert.runs.records.distinct_labels`), its examples, the
+    count and mean ‖∇_θ L‖₂ of easy and of hard examples (:func:`easy_hard`; p̂_A = ½ is in
+    neither) and easy/hard — and with ``acr`` (one CERTIFY record file per grad-norm file, in
+    the same order) the ACR of each (:func:`~smoothcert.metrics.average_certified_radius`)."""
+    from .report import Table
+    from .runs.records import distinct_labels
+
+    paths = list(paths)
+    if not paths:
+        raise SmoothcertError("easy-hard needs at least one grad-norm file")
+    if acr is not None and len(acr) != len(paths):
+        raise SmoothcertError(f"--acr takes one certify record file per grad-norm file, in the "
+                              f"same order: got {len(acr)} for {len(paths)}")
+    columns = [("name", "name", "text"), ("examples", "examples", "int"),
+               ("easy", "easy", "int"), ("easy_grad_norm", "easy ‖∇θL‖", "float3"),
+               ("hard", "hard", "int"), ("hard_grad_norm", "hard ‖∇θL‖", "float3"),
+               ("easy_over_hard", "easy/hard", "float3")]  # (key, header, style)
+    rows = []
+    for name, path in zip(distinct_labels(paths), paths, strict=True):
+        result = read_grad_norms(path)
+        s = easy_hard(result)
+        rows.append((name, len(result.idx), s.easy_count, s.easy_mean, s.hard_count,
+                     s.hard_mean, s.ratio))
+    if acr is not None:
+        columns.append(("acr", "ACR", "float3"))
+        rows = [(*row, _acr(file)) for row, file in zip(rows, acr, strict=True)]
+    keys, headers, styles = zip(*columns, strict=True)
+    return Table(keys=keys, headers=headers, styles=styles, rows=tuple(rows))
+
+
+def _acr(path) -> float:
+    """The ACR of a CERTIFY record file."""
+    from .metrics import average_certified_radius
+    from .runs.records import read_records
+
+    records = read_records(path)
+    if "radius" not in records:
+        raise SmoothcertError(f"{path} has no radius column; ACR needs a certify record file")
+    return average_certified_radius(records)

@@ -678,6 +678,10 @@ def _grad_norms_args(p):
                    help="noisy inputs per forward pass, at most 2**31-1")
     _example_args(p, "train", "examples to measure (default: train, the data the loss weighs)",
                   "example idx draws from (seed, idx)")
+    p.add_argument("--out", metavar="FILE.tsv",
+                   help="also write the per-example rows (idx label p_hat grad_norm) and a "
+                        "manifest FILE.tsv.manifest.json; a rerun with the same settings reads "
+                        "FILE.tsv instead of computing it, other settings are refused")
     p.add_argument("--format", default="md", choices=sorted(FORMATS), help="table format")
     _add_common(p)
 
@@ -689,22 +693,52 @@ ANALYSES.register("grad-norms")(Command(
 ))
 
 
-@command("analyze", "analyses of a checkpoint: grad-norms", _analyze_args)
+def _easy_hard_args(p):
+    from .report import FORMATS
+
+    p.add_argument("files", nargs="+", metavar="FILE.tsv",
+                   help="grad-norm files (analyze grad-norms --out), one row each")
+    p.add_argument("--acr", nargs="+", metavar="CERTIFY.tsv",
+                   help="add an ACR column: one certify record file per grad-norm file, in the "
+                        "same order")
+    p.add_argument("--format", default="md", choices=sorted(FORMATS), help="table format")
+
+
+ANALYSES.register("easy-hard")(Command(
+    "Sun et al. 2024's Table 1 from grad-norm files: one row per file, easy and hard counts "
+    "and mean ‖∇θ loss‖, easy/hard, with --acr the ACR",
+    _easy_hard_args,
+    lambda args: _easy_hard(args),
+))
+
+
+@command("analyze", "analyses of a checkpoint or of grad-norm files: grad-norms, easy-hard",
+         _analyze_args)
 def cmd_analyze(args):
     ANALYSES[args.analysis].run(args)
 
 
 def _grad_norms(args) -> None:
-    from .analysis import checkpoint_grad_norms, easy_hard, easy_hard_table
+    from .analysis import checkpoint_grad_norms, easy_hard, easy_hard_table, grad_norm_file
     from .report import get_format
 
     formatter = get_format(args.format)
-    result = checkpoint_grad_norms(
+    compute = (checkpoint_grad_norms if args.out is None
+               else partial(grad_norm_file, args.out))  # reads FILE.tsv when it is done
+    result = compute(
         args.checkpoint, args.method, _parse_params(args.param), sigma=args.sigma, n=args.n,
         batch_size=args.batch, dataset=args.dataset, split=args.split, skip=args.skip,
         max_count=args.max_count, seed=args.seed, device=resolve_device(args.device),
         data_root=args.data_root, progress=_progress(args))
     print(formatter(easy_hard_table(easy_hard(result))), end="")
+
+
+def _easy_hard(args) -> None:
+    from .analysis import easy_hard_comparison
+    from .report import get_format
+
+    formatter = get_format(args.format)
+    print(formatter(easy_hard_comparison(args.files, args.acr)), end="")
 
 
 # --------------------------------------------------------------------------- report / merge
@@ -727,6 +761,13 @@ def _report_args(p):
                         "to the table and the plot")
     p.add_argument("--ecdf", metavar="IMAGE",
                    help="write the empirical CDF of p̂_A per file (Sun et al. 2024, Fig. 3)")
+    p.add_argument("--sigma-hist", metavar="IMAGE",
+                   help="write the histogram of each file's per-example σ (its sigma column: "
+                        "σ_x for data-dependent files)")
+    p.add_argument("--common", action="store_true",
+                   help="compare the files on the examples (idx) they all hold, e.g. a file of "
+                        "the first 200 images against one of 500 (with --agreement: each pair "
+                        "on the examples both hold)")
     p.add_argument("--train", action="store_true",
                    help="compare training runs: method, #HP, s/epoch, peak memory, ACR")
     p.add_argument("--agreement", action="store_true",
@@ -754,6 +795,8 @@ ACR\taverage certified radius: the mean over all n of radius if correct, else 0 
 r=R\tcertified accuracy at radius R: examples predicted correctly with radius >= R, / n \
 (empty for PREDICT files)
 adjusted\tdata-dependent files: certificates the memory-based certifier changed
+σ_x min, σ_x mean, σ_x max\tthe smallest, mean and largest σ of the file's rows, shown when some \
+file's σ varies (data-dependent σ_x); a fixed-σ file shows its σ, a file without σ none
 envelope\tthe row of --envelope: the best file at each radius (the σ-envelope); clean acc is \
 the best file's, n, abstain and ACR are empty
 
@@ -797,10 +840,11 @@ def cmd_report(args):
     if args.train:
         table = train_report(args.files, fmt=args.format)
     elif args.agreement:
-        table = agreement_report(args.files, radii, fmt=args.format)
+        table = agreement_report(args.files, radii, fmt=args.format, common=args.common)
     else:
         table = report(args.files, parse_radii(radii), fmt=args.format, plot=args.plot,
-                       envelope=args.envelope, ecdf=args.ecdf)
+                       envelope=args.envelope, ecdf=args.ecdf, sigma_hist=args.sigma_hist,
+                       common=args.common)
     if args.into is not None:
         splice_block(args.into, args.block, table)
     print(table, end="")
@@ -814,7 +858,9 @@ def _check_report_mode(args) -> None:
     if mode is None:
         return
     given = {"--plot": args.plot is not None, "--envelope": args.envelope,
-             "--ecdf": args.ecdf is not None, "--radii": args.train and args.radii is not None}
+             "--ecdf": args.ecdf is not None, "--sigma-hist": args.sigma_hist is not None,
+             "--common": args.train and args.common,
+             "--radii": args.train and args.radii is not None}
     ignored = [flag for flag, is_given in given.items() if is_given]
     if ignored:
         raise SmoothcertError(f"{' and '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} "

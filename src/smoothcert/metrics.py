@@ -99,7 +99,8 @@ class Summary:
     PREDICT file); ``certified_accuracy[i]`` belongs to ``radii[i]``. ``mean_time`` is in seconds
     per example, None when the file has no time column. ``adjusted`` counts the certificates
     that the memory-based certifier (data-dependent smoothing) changed; None when the file has no
-    ``adjusted`` column.
+    ``adjusted`` column. ``sigma`` is (min, mean, max) of the ``sigma`` column (σ_x per example
+    for data-dependent files, one σ otherwise); None when the file has no such column or no row.
     """
 
     name: str
@@ -111,11 +112,17 @@ class Summary:
     certified_accuracy: tuple
     mean_time: float | None
     adjusted: int | None = None
+    sigma: tuple | None = None
 
     @property
     def has_radius(self) -> bool:
         """Whether the file certifies radii (CERTIFY-like) rather than only predicting."""
         return self.acr is not None
+
+    @property
+    def sigma_varies(self) -> bool:
+        """Whether the file's rows hold more than one σ (a data-dependent file's σ_x)."""
+        return self.sigma is not None and self.sigma[0] != self.sigma[2]
 
 
 def summarize(records: Records, radii: Sequence[float]) -> Summary:
@@ -135,7 +142,17 @@ def summarize(records: Records, radii: Sequence[float]) -> Summary:
         ),
         mean_time=float(np.mean(records["time"])) if "time" in records else None,
         adjusted=int(np.sum(records["adjusted"])) if "adjusted" in records else None,
+        sigma=_sigma_range(records),
     )
+
+
+def _sigma_range(records: Records) -> tuple | None:
+    """(min, mean, max) of the ``sigma`` column as floats; None without the column or rows."""
+    if "sigma" not in records or not len(records):
+        return None
+    sigma = np.asarray(records["sigma"], dtype=np.float64)
+    low, high = float(sigma.min()), float(sigma.max())
+    return low, low if low == high else float(sigma.mean()), high  # one σ: exactly it
 
 
 # --------------------------------------------------------------------------- two files compared

@@ -170,6 +170,40 @@ def plot_pa_ecdf(records_list: Sequence[Records], path) -> Path:
     return _save_atomic(fig, Path(path))
 
 
+SIGMA_BINS = 30  # bins of the σ histogram, shared by every file
+
+
+def plot_sigma_histogram(records_list: Sequence[Records], path) -> Path:
+    """Plot the histogram of each file's per-example σ (its ``sigma`` column: σ_x for
+    data-dependent files, one σ for the others), one step outline per file over
+    :data:`SIGMA_BINS` bins shared by all files; save to ``path`` (atomically, as
+    :func:`plot_certified_accuracy`).
+
+    x: σ (the noise's standard deviation); y: the fraction of the file's examples in each bin,
+    so that files of different sizes compare. A fixed-σ file is one bar at its σ. A file
+    without a sigma column, or none with a row, is one SmoothcertError.
+    """
+    values = []
+    for r in records_list:
+        if "sigma" not in r or not len(r):
+            raise SmoothcertError(f"the σ histogram needs rows with a sigma column; {r.path} "
+                                  "has none")
+        values.append(np.asarray(r["sigma"], dtype=np.float64))
+    low, high = min(v.min() for v in values), max(v.max() for v in values)
+    pad = (0.05 * abs(high) or 0.05) if low == high else 0.0  # one σ for all: a bar around it
+    edges = np.linspace(low - pad, high + pad, SIGMA_BINS + 1)
+    fig, ax = _figure("σ (per example)", "fraction of examples")
+    peak = 0.0
+    for r, v in zip(records_list, values):
+        heights, _, _ = ax.hist(v, bins=edges, weights=np.full(v.size, 1.0 / v.size),
+                                histtype="step", label=r.name)
+        peak = max(peak, float(np.max(heights)))
+    margin = 0.1 * (edges[-1] - edges[0])  # the bins, with some room on both sides
+    _finish(ax, edges[-1] + margin, "best", y_max=1.05 * peak)
+    ax.set_xlim(max(0.0, edges[0] - margin), edges[-1] + margin)
+    return _save_atomic(fig, Path(path))
+
+
 def plot_attack_curve(records_list: Sequence[Records], path) -> Path:
     """Plot the attack curves of attack record files: the fraction of attacked examples whose
     smoothed prediction was flipped within each L2 distance (Campbell et al., Figs. 2 and 5);

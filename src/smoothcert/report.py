@@ -6,6 +6,8 @@ three; ``csv`` and ``json`` keep full float precision as fractions in [0, 1]. PR
 radius column) show their accuracy and abstention rate and leave the radius columns empty
 (``–`` in md, ``--`` in LaTeX, empty in csv, null in json). ``envelope=True`` adds a row
 ``envelope``: the best certified accuracy over the files at each radius (the σ-envelope).
+Data-dependent files add ``adjusted`` (certificates the memory changed) and, since their σ_x
+varies over the rows, ``σ_x min``, ``σ_x mean``, ``σ_x max`` (keys ``sigma_min``, ...).
 
 Attack record files (``smoothcert attack``; recognised by their ``success`` and ``distance``
 columns, so hand-written and merged files work too) get their own table: name, attack, n, clean
@@ -51,8 +53,8 @@ from .runs.records import distinct_labels, read_manifest, read_records
 @dataclasses.dataclass(frozen=True)
 class Table:
     """A report table: raw values per row, and per column a key (csv/json), a header (md/latex)
-    and a style saying how md/latex show the value (``text``, ``int``, ``percent``, ``float3``,
-    ``float2``). Missing values are None."""
+    and a style saying how md/latex show the value (``text``, ``int``, ``percent``, ``float4``,
+    ``float3``, ``float2``). Missing values are None."""
 
     keys: tuple
     headers: tuple
@@ -70,22 +72,29 @@ def get_format(name: str) -> Formatter:
 
 
 def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool = False,
-           ecdf=None) -> str:
+           ecdf=None, sigma_hist=None, common: bool = False) -> str:
     """Read each record file, summarize it at ``radii`` and return the table in format ``fmt``.
 
     ``paths`` is one path or several; ``radii`` is a sequence of floats or a string for
     :func:`~smoothcert.metrics.parse_radii`.
     If ``plot`` is a path, the certified-accuracy-vs-radius figure of the files is written there
     (the attack curves, for attack files). ``envelope`` adds the σ-envelope row (and curve);
-    ``ecdf``, a path, receives the p̂_A ECDF figure of the files (Sun et al. 2024, Fig. 3).
+    ``ecdf``, a path, receives the p̂_A ECDF figure of the files (Sun et al. 2024, Fig. 3);
+    ``sigma_hist``, a path, the histogram of each file's per-example σ (its ``sigma`` column:
+    σ_x for data-dependent files). When some file's σ varies over its rows, the table gets the
+    columns ``σ_x min``, ``σ_x mean``, ``σ_x max`` (see :func:`certification_table`).
+    ``common`` restricts every file to the examples (idx) that all of them hold, so files of
+    different lengths over the same images are compared on the same images.
     """
     formatter = get_format(fmt)  # fail on a bad name before reading anything
     radii = _radii(radii)
     records = _labelled_records(paths)
+    if common:
+        records = common_examples(records)
     if _attack_files(records):
-        if envelope or ecdf is not None:
-            raise SmoothcertError("the envelope and the p̂_A ECDF need CERTIFY record files, "
-                                  "not attack records")
+        if envelope or ecdf is not None or sigma_hist is not None:
+            raise SmoothcertError("the envelope, the p̂_A ECDF and the σ histogram need CERTIFY "
+                                  "record files, not attack records")
         return formatter(_attack_report(records, radii, plot))
     if envelope:
         _check_same_examples(records)
@@ -94,11 +103,21 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
     if envelope:
         best_clean = max(s.clean_accuracy for s in summaries)
         table = with_envelope(table, certified_accuracy_envelope(records, radii), best_clean)
-    if ecdf is not None:
-        from .metrics import pa_hat
+    _figures(records, plot, envelope, ecdf, sigma_hist)
+    return formatter(table)
 
-        for r in records:  # check every file before writing any figure
+
+def _figures(records: Sequence, plot, envelope: bool, ecdf, sigma_hist) -> None:
+    """Write the figures asked for, after checking every file for all of them (so that a bad
+    file leaves no figure written)."""
+    from .metrics import pa_hat
+
+    for r in records:
+        if ecdf is not None:
             pa_hat(r)
+        if sigma_hist is not None and "sigma" not in r:
+            raise SmoothcertError(f"--sigma-hist needs a sigma column (σ per example); {r.path} "
+                                  "has none")
     if plot is not None:
         from .plots import plot_certified_accuracy
 
@@ -107,7 +126,22 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
         from .plots import plot_pa_ecdf
 
         plot_pa_ecdf(records, ecdf)
-    return formatter(table)
+    if sigma_hist is not None:
+        from .plots import plot_sigma_histogram
+
+        plot_sigma_histogram(records, sigma_hist)
+
+
+def common_examples(records: Sequence) -> list:
+    """Each file restricted to the idx every file holds (rows kept in file order)."""
+    shared = set.intersection(*(set(r["idx"].tolist()) for r in records))
+    if not shared:
+        raise SmoothcertError("--common: the files share no example (idx)")
+    out = []
+    for r in records:
+        keep = np.isin(r["idx"], sorted(shared))
+        out.append(dataclasses.replace(r, data={k: v[keep] for k, v in r.data.items()}))
+    return out
 
 
 def _check_same_examples(records: Sequence) -> None:
@@ -126,12 +160,13 @@ def _check_same_examples(records: Sequence) -> None:
             f"{path_b} is {b[0]} {b[1]}; report them without --envelope or in separate reports")
 
 
-def agreement_report(paths: Iterable, radii, fmt: str = "md") -> str:
+def agreement_report(paths: Iterable, radii, fmt: str = "md", *, common: bool = False) -> str:
     """Compare record files pairwise, example by example (1st with 2nd, 3rd with 4th, ...).
 
     One row per pair: the two names, n, the fraction of (example, radius) pairs on which they
     agree, then per radius ``a/b``: the examples only the first certifies there / only the
-    second (see :class:`~smoothcert.metrics.Agreement`).
+    second (see :class:`~smoothcert.metrics.Agreement`). ``common``: each pair is compared on
+    the examples both files hold.
     """
     formatter = get_format(fmt)
     radii = _radii(radii)
@@ -140,6 +175,8 @@ def agreement_report(paths: Iterable, radii, fmt: str = "md") -> str:
         raise SmoothcertError(f"--agreement compares files in pairs; got {len(paths)} files")
     records = _labelled_records(paths)
     pairs = zip(records[::2], records[1::2])
+    if common:
+        pairs = (common_examples(pair) for pair in pairs)
     return formatter(agreement_table([certified_agreement(a, b, radii) for a, b in pairs]))
 
 
@@ -201,6 +238,9 @@ def certification_table(summaries: Sequence[Summary], radii: Sequence[float]) ->
 
     PREDICT files (no radius column) leave ACR and the radius columns empty. When a file comes
     from the memory-based certifier, an ``adjusted`` column counts the certificates it changed.
+    When some file's σ varies over its rows (σ_x of data-dependent smoothing), the columns
+    ``σ_x min``, ``σ_x mean``, ``σ_x max`` follow (a fixed-σ file: its σ three times; a file
+    without a sigma column: empty); otherwise the table is as it was before those columns.
     """
     labels = [radius_label(r) for r in radii]
     table = Table(
@@ -209,11 +249,27 @@ def certification_table(summaries: Sequence[Summary], radii: Sequence[float]) ->
         styles=("text", "int", "percent", "percent", "float3", *["percent"] * len(radii)),
         rows=tuple((s.name, s.count, *_values(s)) for s in summaries),
     )
-    if all(s.adjusted is None for s in summaries):
-        return table
-    return Table(keys=(*table.keys, "adjusted"), headers=(*table.headers, "adjusted"),
-                 styles=(*table.styles, "int"),
-                 rows=tuple((*row, s.adjusted) for row, s in zip(table.rows, summaries)))
+    if any(s.adjusted is not None for s in summaries):
+        table = with_columns(table, [("adjusted", "adjusted", "int")],
+                             [(s.adjusted,) for s in summaries])
+    if any(s.sigma_varies for s in summaries):
+        table = with_columns(table, SIGMA_COLUMNS, [s.sigma or (None,) * 3 for s in summaries])
+    return table
+
+
+SIGMA_COLUMNS = (("sigma_min", "σ_x min", "float4"), ("sigma_mean", "σ_x mean", "float4"),
+                 ("sigma_max", "σ_x max", "float4"))
+"""(key, header, style) of the per-example σ columns of :func:`certification_table` (four
+decimals: at the paper's α_σ = 1e-4, σ_x often differs from σ only in the third)."""
+
+
+def with_columns(table: Table, columns: Sequence[tuple], values: Sequence[tuple]) -> Table:
+    """``table`` with ``columns`` ((key, header, style) each) appended; ``values[i]`` holds
+    row i's values of them."""
+    keys, headers, styles = zip(*columns)
+    return Table(keys=(*table.keys, *keys), headers=(*table.headers, *headers),
+                 styles=(*table.styles, *styles),
+                 rows=tuple((*row, *extra) for row, extra in zip(table.rows, values)))
 
 
 ENVELOPE = "envelope"  # the name of the σ-envelope row
@@ -267,6 +323,7 @@ _STYLES = {
     "int": lambda v: str(int(v)),
     "percent": lambda v: f"{100 * v:.1f}%",
     "float3": lambda v: f"{v:.3f}",
+    "float4": lambda v: f"{v:.4f}",
     "float2": lambda v: f"{v:.2f}",
 }
 
@@ -308,6 +365,8 @@ def format_latex(table: Table) -> str:
 def _latex_header(header: str) -> str:
     if header.startswith("r=") or header == "n":
         return f"${header}$"
+    if header.startswith("σ_x "):
+        return f"$\\sigma_x$ {header[4:]}"
     if header.startswith("d≤"):
         return f"$d \\le {header[2:]}$"
     return _latex_escape(header)

@@ -18,6 +18,7 @@ library ``ddsmoothing/certificate.py``). σ is always the noise's standard devia
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -43,10 +44,52 @@ uses 64.)"""
 CLAMP = (0.02, 0.98)
 """ψ is clamped to [0.02, 0.98] before Φ⁻¹: ``clamp_(0.02, 0.98)`` in ``optimize_sigma.py``
 and every ``get_sigma`` of the authors' scripts. (Their later ``ddsmoothing`` library uses
-[0.001, 0.999].) Outside the interval the clamp has zero gradient, as in their code."""
+[0.001, 0.999]: :data:`PACKAGE_CLAMP`.) Outside the interval the clamp has zero gradient, as in
+their code."""
 MIN_SIGMA = 1e-3
 """Floor that keeps σ_x positive (pixel units, a quarter of one uint8 grey level). Not in the
 authors' code, which takes plain steps and never needed it at α_σ = 1e-4."""
+
+# Defaults of the authors' later ``ddsmoothing`` package (the same repository, folder
+# ``ddsmoothing/``, as of its commit 3a06e82, 2023-10-24): the budget its dataset-wide
+# optimization runs with unless told otherwise. Its step is the same plain ascent step on the
+# same soft radius (``ddsmoothing/ddsmoothing/optimization.py`` lines 41-52; L2:
+# θ/2·(Φ⁻¹(ψ_A) − Φ⁻¹(ψ_B)), θ = σ, ``certificate.py`` lines 64-66 and 76-79), with no floor on
+# σ. Its ψ averages the model's outputs as they are (``optimization.py`` lines 45-46; the model
+# files are not in the repository, so whether they end in a softmax is not shown); ours is the
+# mean softmax, as in the paper's Algorithm 1.
+PACKAGE_NUM_STEPS = 900
+"""K: ``--iterations`` default 900, ``ddsmoothing/scripts/run_optimization_dataset.py`` lines
+46-49 ("optimization iterations per sample")."""
+PACKAGE_STEP_SIZE = 0.04
+"""α_σ: ``-lr/--learning-rate`` default 0.04, ``run_optimization_dataset.py`` lines 54-57. For
+Gaussian noise the package's θ is σ, so the step is the same. (Its L1 certificate steps the
+uniform half-width λ = √3·σ, which is a step of 0.04/3 in σ; ours is always in σ.)"""
+PACKAGE_NUM_SAMPLES = 100
+"""n: ``-n/--num-samples`` default 100, ``run_optimization_dataset.py`` lines 58-61 ("number of
+samples per example and iteration")."""
+PACKAGE_CLAMP = (0.001, 0.999)
+"""ψ clamp: ``clamp_(0.001, 0.999)`` in ``L2Certificate.compute_proxy_gap``,
+``ddsmoothing/ddsmoothing/certificate.py`` lines 64-66."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The settings of :func:`optimize_sigma` that a run names at once: K steps of α_σ with n
+    draws each, ψ clamped to ``clamp`` (see the constants above for their sources)."""
+
+    num_steps: int
+    step_size: float
+    num_samples: int
+    clamp: tuple[float, float]
+
+
+BUDGETS = {
+    "paper": Budget(NUM_STEPS, STEP_SIZE, NUM_SAMPLES, CLAMP),
+    "package": Budget(PACKAGE_NUM_STEPS, PACKAGE_STEP_SIZE, PACKAGE_NUM_SAMPLES, PACKAGE_CLAMP),
+}
+"""Named budgets: ``paper`` (the code behind the paper's numbers) and ``package`` (the
+defaults of the authors' later ``ddsmoothing`` package)."""
 
 
 # --------------------------------------------------------------------------- Algorithm 1
@@ -167,8 +210,22 @@ def _check_optimize_args(x, num_steps, step_size, num_samples, noise, clamp, min
     check_count("num_steps", num_steps, minimum=0), check_count("num_samples", num_samples)
     if not math.isfinite(step_size) or step_size < 0:
         raise SmoothcertError(f"step_size must be a finite number >= 0, got {step_size!r}")
-    low, high = clamp
-    if not 0.0 < low < high < 1.0:
-        raise SmoothcertError(f"clamp must satisfy 0 < low < high < 1, got {clamp!r}")
+    check_clamp(clamp)
     if not math.isfinite(min_sigma) or min_sigma <= 0:
         raise SmoothcertError(f"min_sigma must be a positive number, got {min_sigma!r}")
+
+
+def check_clamp(clamp) -> tuple[float, float]:
+    """``clamp`` as (low, high): two numbers with 0 < low < high < 1 (Φ⁻¹ is finite on the
+    clamped ψ), from a pair or the text ``"low,high"``; else one SmoothcertError."""
+    parts = clamp.split(",") if isinstance(clamp, str) else clamp
+    try:
+        if len(parts) != 2 or any(isinstance(v, bool) for v in parts):
+            raise ValueError(clamp)
+        low, high = float(parts[0]), float(parts[1])
+    except (TypeError, ValueError):
+        low = high = math.nan  # refused below
+    if not 0.0 < low < high < 1.0:
+        raise SmoothcertError(f"clamp must be two numbers low,high with 0 < low < high < 1, "
+                              f"got {clamp!r}")
+    return low, high

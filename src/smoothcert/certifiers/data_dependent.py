@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from .. import sigma_optimization as dd
-from ..errors import SmoothcertError
+from ..errors import SmoothcertError, check_bool, check_count, unknown_name
 from ..noise import NOISES
 from .certifier import CERTIFY_COLUMNS, Certifier, certificate_row, register_certifier
 
@@ -211,23 +211,49 @@ DD_COLUMNS = CERTIFY_COLUMNS[:-1] + ("predict_mc", "radius_mc", "adjusted", "see
 
 @register_certifier("data-dependent")
 class DataDependent(Certifier):
-    """Alfarra et al.: CERTIFY at a σ_x per input, through the memory that keeps it sound.
+    """Alfarra et al.: CERTIFY at a σ_x per input, through the memory that keeps it sound;
+    OptimizeSigma's budget is ``preset``'s (paper or package), options given override it.
 
     See this module's doc: σ_x from
     OptimizeSigma (Algorithm 1: ``num_steps`` steps of ``step_size`` with ``num_samples`` draws
-    each, from the run's σ), CERTIFY at σ_x with the run's noise, then, with ``memory``, the
-    memory classifier of Algorithm 3."""
+    each, ψ clamped to ``clamp``, from the run's σ), CERTIFY at σ_x with the run's noise, then,
+    with ``memory``, the memory classifier of Algorithm 3.
+
+    ``preset`` names a :data:`~smoothcert.sigma_optimization.BUDGETS` entry: ``paper`` (K = 100,
+    α_σ = 1e-4, 1 draw, ψ in [0.02, 0.98]: the code behind the paper's numbers) or ``package``
+    (K = 900, α_σ = 0.04, 100 draws, ψ in [0.001, 0.999]: the defaults of the authors' later
+    ``ddsmoothing`` package, ``ddsmoothing/scripts/run_optimization_dataset.py`` lines 46-61 and
+    ``ddsmoothing/ddsmoothing/certificate.py`` lines 64-66). An option given explicitly
+    overrides the preset's value. ``clamp`` is ``"low,high"`` or a pair, 0 < low < high < 1.
+    The resolved values are the run's identity (:meth:`options`)."""
 
     columns = DD_COLUMNS
     needs_n0 = True
     noises = ("gaussian", "uniform")
 
-    def __init__(self, *, num_steps: int = dd.NUM_STEPS, step_size: float = dd.STEP_SIZE,
-                 num_samples: int = dd.NUM_SAMPLES, memory: bool = True):
-        # defaults: the authors' (sigma_optimization.NUM_STEPS, STEP_SIZE, NUM_SAMPLES); the paper
-        # certifies every DS result with the memory
-        self.num_steps, self.step_size = num_steps, step_size
-        self.num_samples, self.memory = num_samples, memory
+    def __init__(self, *, num_steps: int | None = None, step_size: float | None = None,
+                 num_samples: int | None = None, memory: bool = True, clamp=None,
+                 preset: str = "paper"):
+        # the paper certifies every DS result with the memory
+        if preset not in dd.BUDGETS:
+            raise unknown_name("preset", preset, dd.BUDGETS)
+        budget = dd.BUDGETS[preset]
+        self.preset, self.memory = preset, check_bool("memory", memory)
+        self.num_steps = check_count(
+            "num_steps", budget.num_steps if num_steps is None else num_steps, minimum=0)
+        self.step_size = _step_size(budget.step_size if step_size is None else step_size)
+        self.num_samples = check_count(
+            "num_samples", budget.num_samples if num_samples is None else num_samples)
+        self.clamp = dd.check_clamp(budget.clamp if clamp is None else clamp)
+
+    def options(self) -> dict:
+        """The resolved budget (the preset's values, explicit options over them). ``clamp`` and
+        ``preset`` are left out at the paper's values, so that the runs from before they were
+        options keep their identity and resume; any other value enters it."""
+        options = {**super().options(), "clamp": list(self.clamp)}  # as JSON reads it back
+        if self.preset == "paper" and self.clamp == dd.CLAMP:
+            del options["clamp"], options["preset"]
+        return options
 
     def shardable(self) -> bool:
         """The memory needs one global order over all inputs: only memory-free runs shard."""
@@ -244,7 +270,7 @@ class DataDependent(Certifier):
         sigma_x = dd.optimize_sigma(
             base.model, x.unsqueeze(0), cfg.sigma, num_steps=self.num_steps,
             step_size=self.step_size, num_samples=self.num_samples, generator=generator,
-            noise=cfg.noise)
+            noise=cfg.noise, clamp=self.clamp)
         # CERTIFY at σ_x, on fresh draws of the same generator, batched with other inputs'
         smoothed = base.with_noise(NOISES[cfg.noise](float(sigma_x[0])))
         c = yield from smoothed.certify_program(x, cfg.n0, cfg.n, cfg.alpha, generator)
@@ -258,6 +284,14 @@ class DataDependent(Certifier):
         predict = -1 if m.prediction is None else m.prediction
         return {**row, **mc, "predict": predict, "radius": m.radius,
                 "correct": int(predict == label), "adjusted": int(m.adjusted)}
+
+
+def _step_size(value) -> float:
+    """α_σ: a finite number >= 0 (0 leaves σ_x = σ)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value < 0:
+        raise SmoothcertError(f"step_size must be a finite number >= 0, got {value!r}")
+    return float(value)
 
 
 def _rebuilt_memory(run, norm: str) -> Memory:

@@ -8,10 +8,11 @@ naming the file, the line and the field, e.g. ``r.tsv line 7: radius is -0.2; a 
 finite number >= 0``. Columns the schema does not know are read as integers, floats or text,
 unchecked.
 
-The columns are those the certifiers and the attack write (``certifiers/*.py``, ``runs/attack.py``)
-and Cohen et al.'s (``idx label predict radius correct time``; ``time`` in seconds or as
-``H:MM:SS.s``). A column name means one thing in every file that has it, except ``runner_up``:
-the runner-up's vote count in PREDICT files, its class in L-bound files; both are integers >= 0.
+The columns are those the certifiers, the attack and ``analyze grad-norms --out`` write
+(``certifiers/*.py``, ``runs/attack.py``, ``analysis.py``) and Cohen et al.'s (``idx label
+predict radius correct time``; ``time`` in seconds or as ``H:MM:SS.s``). A column name means
+one thing in every file that has it, except ``runner_up``: the runner-up's vote count in PREDICT
+files, its class in L-bound files; both are integers >= 0.
 """
 
 from __future__ import annotations
@@ -121,6 +122,9 @@ COLUMNS: dict[str, Column] = {
     "count_adv": _count("count_adv"),
     "runner_up_adv": _count("runner_up_adv"),
     "pvalue_adv": _probability("pvalue_adv"),
+    # grad-norm files (analysis.py: ``analyze grad-norms --out``)
+    "p_hat": _probability("p_hat"),
+    "grad_norm": _distance("grad_norm"),
 }
 
 
