@@ -306,9 +306,8 @@ missing=()
 for name in "${RUNS[@]}"; do
     if ! published "$name"; then missing+=("$name"); fi
 done
-if (( ${#missing[@]} )); then
-    echo "reports not written: runs not finished: ${missing[*]}"
-    exit 0
+if (( ${#missing[@]} )); then  # write what the published files allow; the rest waits
+    echo "runs not finished: ${missing[*]}; the pieces that need them are not rewritten"
 fi
 
 device_of() {  # the device type recorded in the manifest of run $1's record file $2, or "?"
@@ -317,11 +316,22 @@ device_of() {  # the device type recorded in the manifest of run $1's record fil
                 "$out/$1/$2.tsv.manifest.json" 2>/dev/null | head -n 1 || true)
     echo "${found:-?}"
 }
-report() {  # report OUT.md ARGS...: one table, written only when complete
+piece() {  # piece OUT.md COMMAND...: COMMAND's output into OUT.md, only when every .tsv it
+    local md=$1 arg  # names is published (an unfinished run leaves the piece as it was)
+    shift
+    for arg in "$@"; do
+        if [[ $arg == *.tsv && ! -f $arg ]]; then
+            echo "not rewritten: $md ($arg is not published yet)"
+            return 0
+        fi
+    done
+    "$@" >"$md.tmp"
+    mv "$md.tmp" "$md"
+}
+report() {  # report OUT.md ARGS...: one `smoothcert report` table
     local md=$1
     shift
-    "${smoothcert[@]}" report "$@" >"$md.tmp"
-    mv "$md.tmp" "$md"
+    piece "$md" "${smoothcert[@]}" report "$@"
 }
 files() {  # files STEM RUN...: results/step5/RUN/STEM.tsv for each RUN
     local stem=$1 name
@@ -365,9 +375,8 @@ seven=(gaussian_s050 smoothadv_s050 macer_s050 consistency_s050 smoothmix_s050 c
        easy_focus_s050)
 report "$out/seven_s050.md" $(files certify "${seven[@]}") --radii 0:2:0.25 \
     --plot "$out/seven_s050.png" --ecdf "$out/seven_s050_pa_ecdf.png"
-"${smoothcert[@]}" analyze easy-hard $(files grad_norms "${seven[@]}") \
-    --acr $(files certify "${seven[@]}") >"$out/grad_norms.md.tmp"
-mv "$out/grad_norms.md.tmp" "$out/grad_norms.md"
+piece "$out/grad_norms.md" "${smoothcert[@]}" analyze easy-hard $(files grad_norms "${seven[@]}") \
+    --acr $(files certify "${seven[@]}")
 # Claim 5 re-tested: one epoch of the authors' final HeatSmoothing from the clean model, γ swept.
 heats=(heat_g0006_s050 heat_g001_s050 heat_g003_s050 heat_g01_s050)
 report "$out/heat_faithful.md" "$out/gaussian_s050/certify.tsv" $(files certify heat_g0006_s050) \
@@ -394,6 +403,7 @@ report "$out/dd_agreement.md" \
 {   # σ_x of the training examples at the end of data-dependent training (the logs' last rows)
     printf 'name\tdd_steps_per_epoch\tsigma_updates\tsigma_min\tsigma_mean\tsigma_max\n'
     for name in gaussian_dd_s050 gaussian_dd900_s050; do
+        if ! published "$name"; then continue; fi
         awk -F'\t' -v name="$name" '
             FILENAME ~ /config.yaml$/ { split($0, kv, ": "); cfg[kv[1]] = kv[2]; next }
             FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
@@ -439,7 +449,7 @@ done
     printf 'name\tfile\tcertify_forward_per_image\tsequential_forward_per_image\tfewer\tstopped\n'
     for name in "${RUNS[@]}"; do
         for stem in $(records_of "$name"); do
-            if [[ $stem != sequential* ]]; then continue; fi
+            if [[ $stem != sequential* || ! -f $out/$name/$stem.tsv ]]; then continue; fi
             awk -F'\t' -v name="$name" -v stem="$stem" '
                 FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
                 FILENAME ~ /\/certify.tsv$/ { c += $(col["n0"]) + $(col["n"]); cn++; next }
@@ -461,6 +471,7 @@ done
     for name in "${RUNS[@]}"; do
         for stem in $(records_of "$name"); do
             if [[ $stem == grad_norms ]]; then continue; fi  # an analysis, not a certificate
+            if [[ ! -f $out/$name/$stem.tsv ]]; then continue; fi
             awk -F'\t' -v name="$name" -v stem="$stem" -v device="$(device_of "$name" "$stem")" '
                 FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
                 { s += $(col["time"]); n++ }
@@ -477,20 +488,26 @@ done
     printf 'name\tmethod\tsigma\tsigma_mode\tepochs\tepoch_seconds\tseconds_per_epoch\twall_seconds'
     printf '\tresumed\thardware\n'
     for name in "${RUNS[@]}"; do
+        if [[ ! -f $out/$name/log.tsv ]]; then continue; fi  # not trained and published yet
+        # wall_time.tsv is missing where a train command ran outside the driver: wall "-"
         awk -F'\t' -v name="$name" '
             FILENAME ~ /config.yaml$/ { split($0, kv, ": "); cfg[kv[1]] = kv[2]; next }
             FILENAME ~ /log.tsv$/ && FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
             FILENAME ~ /log.tsv$/ { secs += $(col["seconds"]); epochs++; next }
-            FNR > 1 { wall += $2; if ($3 > 0) resumed = 1; hw = $6 }
-            END { printf "%s\t%s\t%s\t%s\t%d\t%.1f\t%.3f\t%.1f\t%s\t%s\n", name, cfg["method"],
-                  cfg["sigma"], cfg["sigma_mode"], epochs, secs, secs / epochs, wall,
-                  resumed ? "yes" : "no", hw }
-        ' "$out/$name/config.yaml" "$out/$name/log.tsv" "$out/$name/wall_time.tsv"
+            FNR > 1 { wall += $2; walls++; if ($3 > 0) resumed = 1; hw = $6 }
+            END { printf "%s\t%s\t%s\t%s\t%d\t%.1f\t%.3f\t%s\t%s\t%s\n", name, cfg["method"],
+                  cfg["sigma"], cfg["sigma_mode"], epochs, secs, secs / epochs,
+                  walls ? sprintf("%.1f", wall) : "-", walls ? (resumed ? "yes" : "no") : "-",
+                  walls ? hw : "-" }
+        ' "$out/$name/config.yaml" "$out/$name/log.tsv" \
+            $(if [[ -f $out/$name/wall_time.tsv ]]; then echo "$out/$name/wall_time.tsv"; fi)
     done
 } >"$out/train_time.tsv"
 # smoothcert's training-cost table (method, #HP, s/epoch, peak MB, ACR of certify.tsv), from the
 # published copies (config.yaml stands in for the checkpoint).
-report "$out/train_cost.md" --train $(for name in "${RUNS[@]}"; do echo "$out/$name"; done)
+report "$out/train_cost.md" --train $(for name in "${RUNS[@]}"; do
+                                          if [[ -f $out/$name/log.tsv ]]; then echo "$out/$name"
+                                          fi; done)
 
 # The TSV summaries as Markdown tables, then every piece into its block of docs/RESULTS.md:
 # the lines between <!-- report:step5.NAME --> and <!-- /report:step5.NAME --> are replaced by

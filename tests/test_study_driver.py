@@ -244,3 +244,25 @@ def test_step9_pieces(reported):
                                        "sigma_min", "sigma_mean", "sigma_max"]
     assert training[2].split("\t") == ["gaussian_dd900_s050", "64", "896", "0.4500", "0.6000",
                                        "0.7500"]
+
+
+@pytest.mark.slow
+def test_an_unfinished_run_leaves_only_its_pieces_unwritten(reported, tmp_path):
+    """With one run not published, `report` writes every piece it can and says which it left;
+    the pieces that need the run stay as they were (here: absent)."""
+    out, _ = reported
+    root = tmp_path / "study"
+    shutil.copytree(out.parents[1], root)
+    shutil.rmtree(root / "results" / "step5" / "gaussian_dd900_s050")
+    for piece in ("dd_budgets.md", "seven_s050.md", "train_time.tsv"):
+        (root / "results" / "step5" / piece).unlink()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "MPLBACKEND": "Agg", "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(root / "results" / DRIVER.name), "report"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "runs not finished: gaussian_dd900_s050" in done.stdout
+    assert "not rewritten: results/step5/dd_budgets.md" in done.stdout
+    new = root / "results" / "step5"
+    assert not (new / "dd_budgets.md").exists() and (new / "seven_s050.md").is_file()
+    assert len((new / "train_time.tsv").read_text().splitlines()) == len(_runs())
