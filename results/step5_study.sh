@@ -40,12 +40,14 @@
 #   train          train the runs, one at a time, in the order of RUNS
 #   certify        certify every trained run's record files, each file claimed by one process
 #                  (flock on FILE.claim), so several `certify` processes share the work; waits
-#                  for runs still being trained by a `train` process, then publishes
-#   report         write the report pieces once every run is published, and splice them
+#                  for runs still being trained by a `train` process; publishes each record
+#                  file as soon as it is complete
+#   report         write the report pieces whose record files are published, and splice them
 #                  into the blocks <!-- report:step5.NAME --> of docs/RESULTS.md (or $DOC)
 # Environment: DEVICE (auto, cpu or cuda; default auto), LANES (processes at once, default 1),
 # DATA_ROOT (default .data when it holds the Fashion-MNIST IDX files, else the library's search),
-# PYTHON (interpreter used when `smoothcert` is not installed). On a 2-core CPU:
+# PYTHON (interpreter used when `smoothcert` is not installed), ONLY (record-file stems, e.g.
+# "certify grad_norms": certify only these files of the runs this call, the rest later). On a 2-core CPU:
 # `OMP_NUM_THREADS=1 LANES=2 results/step5_study.sh`; on one GPU, LANES=4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -219,11 +221,17 @@ untimed() {  # log file $1 without its seconds and peak_mem_mb columns
                    print row }' "$1"
 }
 
-publish() {  # copy run $1's small files (not the checkpoint) to results/step5/$1; files
-    local dir=$work/$1 file  # published before (a retrained run's log) are kept as they were
-    mkdir -p "$out/$1"
-    for file in "$dir/config.yaml" "$dir"/*.tsv "$dir"/*.tsv.manifest.json; do
+publish() {  # copy run $1's small files (not the checkpoint) to results/step5/$1: its config
+    local dir=$work/$1 file stem  # and logs, and each record file once it is complete; files
+    mkdir -p "$out/$1"            # published before (a retrained run's log) are kept as they were
+    for file in "$dir/config.yaml" "$dir/log.tsv" "$dir/wall_time.tsv"; do
         if [[ -f $file && ! -f $out/$1/$(basename "$file") ]]; then cp "$file" "$out/$1/"; fi
+    done
+    for stem in $(records_of "$1"); do
+        if complete "$dir/$stem.tsv" && [[ ! -f $out/$1/$stem.tsv ]]; then
+            cp "$dir/$stem.tsv.manifest.json" "$out/$1/"
+            cp "$dir/$stem.tsv" "$out/$1/"  # last: a published .tsv always has its manifest
+        fi
     done
 }
 
@@ -245,11 +253,13 @@ certify_all() {  # certify and publish the trained runs, sharing the files with 
             if [[ ! -f $work/$name/trained ]]; then waiting=1 untrained+=("$name"); continue; fi
             local all=1
             for stem in $(records_of "$name"); do
+                if [[ -n ${ONLY:-} && " $ONLY " != *" $stem "* ]]; then continue; fi
                 certify_file "$name" "$stem" || all=0
+                publish "$name"  # each finished file at once, so the report can use it
             done
-            if (( all )); then publish "$name"; else busy=1; fi
+            if (( ! all )); then busy=1; fi
         done
-        if (( !busy && !waiting )); then return 0; fi
+        if (( !busy && !waiting )) || [[ -n ${ONLY:-} ]] && (( !busy )); then return 0; fi
         if (( waiting && !busy )) && ! training_now; then
             echo "not trained yet, and no train process is running: ${untrained[*]}" >&2
             return 1
@@ -375,8 +385,14 @@ seven=(gaussian_s050 smoothadv_s050 macer_s050 consistency_s050 smoothmix_s050 c
        easy_focus_s050)
 report "$out/seven_s050.md" $(files certify "${seven[@]}") --radii 0:2:0.25 \
     --plot "$out/seven_s050.png" --ecdf "$out/seven_s050_pa_ecdf.png"
-piece "$out/grad_norms.md" "${smoothcert[@]}" analyze easy-hard $(files grad_norms "${seven[@]}") \
-    --acr $(files certify "${seven[@]}")
+measured=()  # Table 1 grows as the runs' grad-norm files are published (the table names them)
+for name in "${seven[@]}"; do
+    if [[ -f $out/$name/grad_norms.tsv ]]; then measured+=("$name"); fi
+done
+if (( ${#measured[@]} )); then
+    piece "$out/grad_norms.md" "${smoothcert[@]}" analyze easy-hard \
+        $(files grad_norms "${measured[@]}") --acr $(files certify "${measured[@]}")
+fi
 # Claim 5 re-tested: one epoch of the authors' final HeatSmoothing from the clean model, γ swept.
 heats=(heat_g0006_s050 heat_g001_s050 heat_g003_s050 heat_g01_s050)
 report "$out/heat_faithful.md" "$out/gaussian_s050/certify.tsv" $(files certify heat_g0006_s050) \
@@ -529,12 +545,15 @@ from smoothcert.report import splice_block
 
 doc, out = Path(sys.argv[1]), Path(sys.argv[2])
 names = re.findall(r"^<!-- report:(step5\.[A-Za-z0-9_.]+) -->$", doc.read_text(), re.M)
+written = 0
 for name in names:
     piece = out / f"{name.removeprefix('step5.')}.md"
-    if not piece.is_file():
-        sys.exit(f"{doc}: block {name} has no table {piece}")
+    if not piece.is_file():  # its runs are not published yet: the block keeps what it holds
+        print(f"{doc}: block {name} left as it is (no {piece} yet)")
+        continue
     splice_block(doc, name, piece.read_text(encoding="utf-8"))
-print(f"{doc}: {len(names)} tables written")
+    written += 1
+print(f"{doc}: {written} tables written")
 SPLICE
 fi
 echo "results: $out"
