@@ -32,7 +32,7 @@ from smoothcert.training import TrainConfig, Trainer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "fashion-mnist"
 RUNS = ["gaussian", "gaussian_m2", "stability", "consistency", "smoothadv",
-        "smoothadv_consistency", "macer", "easy_focus", "heat"]
+        "smoothadv_consistency", "macer", "smoothmix", "catrs", "easy_focus", "heat"]
 RECIPES = {"gaussian_m2": "gaussian"}  # gaussian_m2: the forward/backward volume of consistency
 # easy_focus's sphere attack only starts after its discard epoch; we time that phase directly by
 # switching the (untimed, once-in-a-while) discard and reweigh passes off.
