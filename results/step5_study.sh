@@ -420,8 +420,14 @@ report "$out/dd_agreement.md" \
     printf 'name\tdd_steps_per_epoch\tsigma_updates\tsigma_min\tsigma_mean\tsigma_max\n'
     for name in gaussian_dd_s050 gaussian_dd900_s050; do
         if ! published "$name"; then continue; fi
+        # config.yaml: the σ mode's K and first epoch, as sigma_mode_params (num_steps,
+        # start_epoch) or, in configs written before that field, as dd_steps, dd_start_epoch
         awk -F'\t' -v name="$name" '
-            FILENAME ~ /config.yaml$/ { split($0, kv, ": "); cfg[kv[1]] = kv[2]; next }
+            FILENAME ~ /config.yaml$/ { if ($0 !~ /^ /) section = $0
+                                        split($0, kv, ": "); key = kv[1]; sub(/^ +/, "", key)
+                                        if ($0 ~ /^ / && section ~ /^sigma_mode_params:/)
+                                            key = (key == "num_steps") ? "dd_steps" : "dd_" key
+                                        cfg[key] = kv[2]; next }
             FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
             { last = $0; epochs = $(col["epoch"]) }
             END { split(last, f, "\t"); k = cfg["dd_steps"]

@@ -70,13 +70,15 @@ def test_the_old_dd_keys_are_the_documented_ones():
 
 @pytest.mark.parametrize("path", RUN_CONFIGS, ids=lambda p: str(p.relative_to(RESULTS)))
 def test_committed_run_configs_still_load(path):
-    """Every config.yaml written by a committed run (before noise and sigma_mode_params were
-    fields) reads as the run it was: Gaussian noise, its dd_* keys as the data-dependent σ
-    mode's parameters."""
+    """Every config.yaml written by a committed run reads as the run it was: those written
+    before noise and sigma_mode_params were fields as Gaussian noise with their dd_* keys as the
+    data-dependent σ mode's parameters, the newer ones as they state."""
     fields = yaml.safe_load(path.read_text())
     config = TrainConfig.from_dict(fields)
-    assert "noise" not in fields and config.noise == "gaussian"
-    if config.sigma_mode == "data_dependent":
+    assert config.noise == fields.get("noise", "gaussian") == "gaussian"
+    if "sigma_mode_params" in fields:
+        assert config.sigma_mode_params == fields["sigma_mode_params"]
+    elif config.sigma_mode == "data_dependent":
         assert config.sigma_mode_params == {new: fields[old] for old, new in OLD_KEYS.items()}
     else:
         assert config.sigma_mode_params == {}

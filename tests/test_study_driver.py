@@ -96,10 +96,12 @@ def _publish(out: Path, name: str) -> None:
     sigma = 1e-6 if name == "clean" else {"025": 0.25, "050": 0.5, "100": 1.0}[name[-3:]]
     run = out / name
     run.mkdir(parents=True)
-    if "_dd" in name:  # data-dependent training: 64 σ steps per epoch from epoch 4 of 18
-        (run / "config.yaml").write_text(
-            f"method: gaussian\nsigma: {sigma}\nsigma_mode: data_dependent\ndd_steps: 64\n"
-            "dd_start_epoch: 4\n")
+    if "_dd" in name:  # data-dependent training: 64 σ steps per epoch from epoch 4 of 18,
+        params = ("dd_steps: 64\ndd_start_epoch: 4\n" if name == "gaussian_dd_s050" else  # old
+                  "sigma_mode_params:\n  num_steps: 64\n  step_size: 0.0001\n  start_epoch: 4\n")
+        (run / "config.yaml").write_text(  # the first config in the format before Step 7
+            f"method: gaussian\nmethod_params:\n  num_steps: 3\nsigma: {sigma}\n"
+            f"sigma_mode: data_dependent\n{params}")
         (run / "log.tsv").write_text(
             "epoch\tseconds\tpeak_mem_mb\tsigma_mean\tsigma_min\tsigma_max\n"
             "17\t3.0\t800\t0.51\t0.5\t0.52\n18\t5.0\t810\t0.6\t0.45\t0.75\n")
@@ -242,8 +244,10 @@ def test_step9_pieces(reported):
     training = (out / "dd_training.tsv").read_text().splitlines()
     assert training[0].split("\t") == ["name", "dd_steps_per_epoch", "sigma_updates",
                                        "sigma_min", "sigma_mean", "sigma_max"]
-    assert training[2].split("\t") == ["gaussian_dd900_s050", "64", "896", "0.4500", "0.6000",
-                                       "0.7500"]
+    for row in training[1:]:  # either config format; method_params' num_steps is not K
+        assert row.split("\t")[1:] == ["64", "896", "0.4500", "0.6000", "0.7500"], row
+    assert [row.split("\t")[0] for row in training[1:]] == ["gaussian_dd_s050",
+                                                            "gaussian_dd900_s050"]
 
 
 @pytest.mark.slow
