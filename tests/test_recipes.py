@@ -26,7 +26,11 @@ def test_there_are_recipes_for_every_registered_method_on_fashion_mnist():
 def test_recipe_is_a_valid_train_config(path):
     fields = load_recipe(path)
     config = TrainConfig.from_dict(fields)
-    assert config.epochs >= 1 and config.sigma in (0.25, 0.5, 1.0)
+    assert config.epochs >= 1
+    if path.stem == "clean":  # the study's clean-trained model: σ far below one grey level
+        assert config.sigma < 1 / 255 / 100
+        return
+    assert config.sigma in (0.25, 0.5, 1.0)
     assert f"s{str(config.sigma).replace('.', '').ljust(3, '0')}" in path.stem
 
 
