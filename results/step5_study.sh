@@ -257,6 +257,7 @@ certify_all() {  # certify and publish the trained runs, sharing the files with 
                 certify_file "$name" "$stem" || all=0
                 publish "$name"  # each finished file at once, so the report can use it
             done
+            publish "$name"  # its config and logs, also when ONLY skipped all its files
             if (( ! all )); then busy=1; fi
         done
         if (( !busy && !waiting )) || [[ -n ${ONLY:-} ]] && (( !busy )); then return 0; fi
