@@ -402,21 +402,24 @@ report "$out/heat_faithful.md" "$out/gaussian_s050/certify.tsv" $(files certify 
 # Claim 3 re-tested: OptimizeSigma's budget K ∈ {100, 300, 900} at α_σ = 1e-4 and the package's
 # option set, then data-dependent training with the authors' number of σ updates.
 report "$out/dd_budgets.md" \
-    $(files certify gaussian_s050) \
-    $(for stem in data_dependent data_dependent_k300 data_dependent_k900; do
+    $(for stem in certify data_dependent data_dependent_k300 data_dependent_k900; do
           files "$stem" gaussian_s050; done) \
-    $(files certify consistency_s050) $(files data_dependent_k900 consistency_s050) \
-    $(files certify gaussian_dd900_s050) $(files data_dependent gaussian_dd900_s050) \
-    $(files data_dependent_k900 gaussian_dd900_s050) \
     --radii 0:2.5:0.25 --common --plot "$out/dd_budgets.png" \
     --sigma-hist "$out/dd_sigma_hist.png"
 report "$out/dd_package.md" $(for stem in certify data_dependent data_dependent_k900 \
                                   data_dependent_package; do files "$stem" gaussian_s050; done) \
     --radii 0:2.5:0.25 --common
-report "$out/dd_agreement.md" \
-    $(for name in gaussian_s050 consistency_s050 gaussian_dd900_s050; do
-          files certify "$name"; files data_dependent_k900 "$name"; done) \
+report "$out/dd_agreement.md" $(for stem in certify data_dependent; do
+                                    files "$stem" gaussian_s050
+                                    files data_dependent_k900 gaussian_s050; done) \
     --agreement --common --radii 0:2.5:0.25
+# K = 900 on the consistency model and on the model trained with the authors' σ updates
+report "$out/dd_models.md" \
+    $(files certify consistency_s050) $(files data_dependent consistency_s050) \
+    $(files data_dependent_k900 consistency_s050) \
+    $(for stem in certify data_dependent data_dependent_k900; do
+          files "$stem" gaussian_dd900_s050; done) \
+    --radii 0:2.5:0.25 --common --plot "$out/dd_models.png"
 {   # σ_x of the training examples at the end of data-dependent training (the logs' last rows)
     printf 'name\tdd_steps_per_epoch\tsigma_updates\tsigma_min\tsigma_mean\tsigma_max\n'
     for name in gaussian_dd_s050 gaussian_dd900_s050; do

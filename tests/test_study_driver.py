@@ -226,7 +226,7 @@ def test_step9_pieces(reported):
     """Sun et al.'s Table 1 and figures for the seven methods, the HeatSmoothing sweep and the
     data-dependent budgets, from the synthetic rows."""
     out, _ = reported
-    for piece in ("seven_s050", "heat_faithful", "dd_budgets"):
+    for piece in ("seven_s050", "heat_faithful", "dd_budgets", "dd_models"):
         assert (out / f"{piece}.md").read_text().startswith("| name |"), piece
         assert (out / f"{piece}.png").stat().st_size > 0, piece
     assert (out / "seven_s050_pa_ecdf.png").stat().st_size > 0
@@ -237,7 +237,7 @@ def test_step9_pieces(reported):
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[1:] == ["500", "250", "1.000", "250", "4.000", "0.250", "0.094"], row
     # --common: every file on the images they all hold (K = 300, 900: 200; the package: 20)
-    for piece, count in (("dd_budgets", "200"), ("dd_package", "20")):
+    for piece, count in (("dd_budgets", "200"), ("dd_models", "200"), ("dd_package", "20")):
         rows = (out / f"{piece}.md").read_text().splitlines()[2:]
         assert {[c.strip() for c in row.strip("|").split("|")][1] for row in rows} == {count}
     assert "σ_x min" in (out / "dd_budgets.md").read_text()
@@ -258,7 +258,7 @@ def test_an_unfinished_run_leaves_only_its_pieces_unwritten(reported, tmp_path):
     root = tmp_path / "study"
     shutil.copytree(out.parents[1], root)
     shutil.rmtree(root / "results" / "step5" / "gaussian_dd900_s050")
-    for piece in ("dd_budgets.md", "seven_s050.md", "train_time.tsv"):
+    for piece in ("dd_models.md", "dd_budgets.md", "seven_s050.md", "train_time.tsv"):
         (root / "results" / "step5" / piece).unlink()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "MPLBACKEND": "Agg", "PYTHON": sys.executable}
@@ -266,7 +266,8 @@ def test_an_unfinished_run_leaves_only_its_pieces_unwritten(reported, tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "runs not finished: gaussian_dd900_s050" in done.stdout
-    assert "not rewritten: results/step5/dd_budgets.md" in done.stdout
+    assert "not rewritten: results/step5/dd_models.md" in done.stdout
     new = root / "results" / "step5"
-    assert not (new / "dd_budgets.md").exists() and (new / "seven_s050.md").is_file()
+    assert not (new / "dd_models.md").exists()
+    assert (new / "seven_s050.md").is_file() and (new / "dd_budgets.md").is_file()
     assert len((new / "train_time.tsv").read_text().splitlines()) == len(_runs())
