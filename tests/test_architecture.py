@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "smoothcert"
 LAYERS = [
     {"errors", "registry", "rng", "io", "tensors", "radii", "version"},
     {"stats"},
-    {"noise"},
+    {"noise", "sound_noise"},
     {"sampling"},
     {"smoothing"},
     {"sigma_optimization", "attacks"},

@@ -362,3 +362,18 @@ def test_certify_and_report_help_show_their_defaults(capsys, monkeypatch):
     assert main(["report", "--help"]) == 0
     text = capsys.readouterr().out
     assert "(default: 0:1:0.25)" in text and "(default: md)" in text
+
+
+def test_discrete_gaussian_refuses_off_grid_digits_and_certifies_them_quantized(
+        checkpoint, tmp_path, capsys):
+    """digits' pixels are multiples of 1/16, not of 1/255: one line, exit 2, no file; the
+    quantized noise certifies them and its name is in the record."""
+    out = tmp_path / "d.tsv"
+    assert certify(checkpoint, out, "--sigma", "0.25", "--noise", "discrete-gaussian") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "8-bit grid" in err[0] and not list(tmp_path.iterdir())
+    assert certify(checkpoint, out, "--sigma", "0.25", "--noise",
+                   "discrete-gaussian-quantized") == 0
+    rec = read_records(out)
+    assert rec.manifest["identity"]["noise"] == "discrete-gaussian-quantized"
+    assert rec["correct"].mean() > 0.5

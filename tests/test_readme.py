@@ -60,12 +60,14 @@ def test_readme_image_folder_example_runs(tmp_path, monkeypatch, capsys):
 #   --epochs → 1 (a command without one keeps its recipe's: HEAT's 5, one per time step);
 #   --n → 200 (appended to certify and attack commands without one), --n0 → 20;
 #   --max → 4 (the README's --skip 100 takes at most 4 of the 359 digits test images anyway);
+#   --noise discrete-gaussian → discrete-gaussian-quantized: digits' 1/16 steps are not 8-bit;
 #   train commands get --train-size 200 (a class-balanced subset of the 1,438 digits), and the
 #       data-dependent certifier --opt num_steps=5 (OptimizeSigma's gradient steps per input).
 # The commands run in a temporary folder with a link configs/ to the repository's recipes;
 # `printf` lines run in bash; the first block's `make demo` / `make test` are what CI itself runs.
 SHRUNK = {"--epochs": "1", "--n": "200", "--n0": "20", "--max": "4"}
-RENAMED = {("--dataset", "fashion-mnist"): "digits", ("--arch", "lenet"): "digits_cnn"}
+RENAMED = {("--dataset", "fashion-mnist"): "digits", ("--arch", "lenet"): "digits_cnn",
+           ("--noise", "discrete-gaussian"): "discrete-gaussian-quantized"}
 APPENDED = {"certify": ("--n",), "attack": ("--n",)}
 ADDED = {"train": ["--train-size", "200"]}  # to a command
 ADDED_CERTIFIER = {"data-dependent": ["--opt", "num_steps=5"]}  # to a --certifier

@@ -74,9 +74,11 @@ def check_stop(test, out: SequentialOutcome, alpha, n_max):
         "n_max": out.draws == n_max,
         "unreachable": later.size and test.lower(out.hits + later - out.draws, later, alpha,
                                                  n_max).max() <= nxt,
-        "futile": test.lower(math.floor(out.hits + out.p_upper * (n_max - out.draws)), n_max,
-                             alpha, n_max) <= nxt,
+        "futile": test.futile(out.hits, out.draws, nxt, alpha, n_max, out.p_upper),
     }
+    if type(test).futile is SequentialTest.futile:  # the default rule (d), written out
+        assert held["futile"] == (test.lower(math.floor(out.hits + out.p_upper * (
+            n_max - out.draws)), n_max, alpha, n_max) <= nxt)
     assert held[out.stopped], out
 
 
@@ -323,7 +325,7 @@ def test_generator_protocol_and_hit_validation():
         (lambda: next(certify_levels(UnionBound(), THR, 0.05, 99)), "first look"),
         (lambda: next(certify_levels(UnionBound(), THR[::-1], 0.05, 1_000)), "sorted"),
         (lambda: next(certify_levels("union", THR, 0.05, 1_000)), "SequentialTest"),
-        (lambda: SEQUENTIAL_TESTS["sprt"], "known: mixture, union"),
+        (lambda: SEQUENTIAL_TESTS["sprt"], "known: mixture, targeted, union"),
     ],
 )
 def test_validation_errors(call, match):

@@ -306,7 +306,7 @@ def test_uniform_noise_from_the_cli_trains_and_the_checkpoint_says_uniform(tmp_p
     assert not torch.equal(gauss.state_dict["1.0.weight"], uniform.state_dict["1.0.weight"])
 
 
-@pytest.mark.parametrize("name", ["gaussian", "uniform"])
+@pytest.mark.parametrize("name", ["gaussian", "uniform", "discrete-gaussian"])
 def test_the_trainer_draws_every_noise_from_the_noise_registry(name, monkeypatch):
     from smoothcert.noise import NOISES
 
@@ -321,7 +321,8 @@ def test_the_trainer_draws_every_noise_from_the_noise_registry(name, monkeypatch
 
 
 def test_noise_is_checked():
-    with pytest.raises(SmoothcertError, match="unknown noise 'laplace'; known: gaussian, uniform"):
+    with pytest.raises(SmoothcertError, match="unknown noise 'laplace'; known: discrete-gaussian, "
+                       "discrete-gaussian-quantized, gaussian, uniform"):
         TrainConfig.from_dict({**CONFIG.to_dict(), "noise": "laplace"})
     assert CONFIG.noise == "gaussian" and CONFIG.to_dict()["noise"] == "gaussian"
 

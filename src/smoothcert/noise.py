@@ -51,6 +51,16 @@ class _Isotropic:
         """x + δ for a batch x of shape (B, ...)."""
         return x + self.sample(x, generator)
 
+    def check_input(self, x: torch.Tensor) -> None:
+        """Raise a :class:`SmoothcertError` if this noise cannot smooth at ``x`` (any x here)."""
+
+    def perturb_(self, out: torch.Tensor, x: torch.Tensor,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """x + δ into the buffer ``out`` (rows shaped like the input x); returns ``out``. The
+        Monte Carlo engine draws through this, so a noise may build its noisy inputs exactly
+        (:class:`~smoothcert.sound_noise.DiscreteGaussian`)."""
+        return self.sample_(out, generator).add_(x)
+
     def _broadcast_sigma(self, like: torch.Tensor):
         if isinstance(self.sigma, float):
             return self.sigma
@@ -151,3 +161,6 @@ def _validated_sigma(sigma: Sigma) -> Sigma:
         raise SmoothcertError(f"σ must be a positive finite number, got {sigma!r}")
     return float(sigma)
 
+
+
+from . import sound_noise  # noqa: E402, F401  (registers the sound discrete Gaussian noises)

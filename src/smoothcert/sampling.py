@@ -148,11 +148,11 @@ class BatchedVotes:
         rows = buffer.shape[0]
         for size in _batch_sizes(num, self.chunk):
             if size <= rows - filled:
-                noise.sample_(buffer[filled:filled + size], generator).add_(x)
+                noise.perturb_(buffer[filled:filled + size], x, generator)
                 filled += size
             else:
                 spill = spill if spill is not None else self._buffer(self.chunk, x)
-                drawn = noise.sample_(spill[:size], generator).add_(x)
+                drawn = noise.perturb_(spill[:size], x, generator)
                 while drawn.shape[0]:
                     take = min(drawn.shape[0], rows - filled)
                     buffer[filled:filled + take].copy_(drawn[:take])
@@ -335,7 +335,7 @@ class _Scheduler:
     def _draw(stream: _Stream, rows: torch.Tensor) -> torch.Tensor:
         """x + δ into ``rows``, δ one canonical chunk of the stream's generator."""
         request = stream.request
-        return request.noise.sample_(rows, request.generator).add_(request.x)
+        return request.noise.perturb_(rows, request.x, request.generator)
 
     def _take_carry(self, pieces: list, filled: int) -> int:
         """Move as much of the carried chunk as fits into the batch; returns the rows filled."""

@@ -146,6 +146,7 @@ class Smoothed:
         the model's device; ``generator`` must live on that device too."""
         device = model_device(self.model)
         x = self._validated_input(x).to(device)
+        self.noise.check_input(x)  # the sound noises need 8-bit inputs: refused before any draw
         if generator is not None and generator.device.type != device.type:
             raise SmoothcertError(
                 f"the generator is on {generator.device} but the model is on {device}; "

@@ -74,9 +74,12 @@ def sequential_program(smoothed: Smoothed, x, n0: int, radii, alpha: float, n_ma
     sigma = smoothed.noise.scalar_sigma()
     grid_radii, thresholds = grid(radii, sigma)
     x = smoothed.prepare_input(x, generator)
-    levels = certify_levels(test, thresholds, alpha, n_max)
-    selection, counts = yield Draws(x, smoothed.noise, (n0, next(levels)), generator)
+    first = test.looks(n_max)[0]  # the first request holds the selection and the first look
+    selection, counts = yield Draws(x, smoothed.noise, (n0, first), generator)
     c_hat = int(selection.argmax())
+    levels = certify_levels(test, thresholds, alpha, n_max, (int(selection[c_hat]), n0))
+    if next(levels) != first:
+        raise AssertionError("a test's aim must not move its first look")  # pragma: no cover
     try:
         while True:
             (counts,) = yield Draws(x, smoothed.noise, (levels.send(int(counts[c_hat])),),
@@ -123,11 +126,12 @@ class Sequential(Certifier):
 
     See this module's doc: ``radii`` is ``auto`` or
     a grid (``--radii``), ``test`` the sequential test (:data:`SEQUENTIAL_TESTS`); the run's
-    ``n`` is n_max. Gaussian noise only: the grid's thresholds are Φ(r/σ)."""
+    ``n`` is n_max. Gaussian noise, float or the sound discrete one (whose certificate is the
+    Gaussian's σΦ⁻¹(p)): the grid's thresholds are Φ(r/σ)."""
 
     columns = SEQUENTIAL_COLUMNS
     needs_n0 = True
-    noises = ("gaussian",)
+    noises = ("gaussian", "discrete-gaussian", "discrete-gaussian-quantized")
 
     def __init__(self, *, radii: str = "auto", test: str = "union"):
         SEQUENTIAL_TESTS[test]  # an unknown name raises with the list of known ones

@@ -287,11 +287,14 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     certifier = cfg.certifier()
     mine = shard_indices(cfg.run_indices(len(data)), *shard)
     _check_shardable(cfg, certifier, shard)
+    noise = NOISES[cfg.noise](cfg.sigma)
+    if mine:  # e.g. the sound noises' 8-bit grid: refused before the file is opened
+        noise.check_input(data.example(mine[0])[0])
     path = shard_path(out, *shard) if out is not None else None
     cfg, legacy = _file_rule(cfg, path)
     writer, done = _open(path, cfg, legacy, source, shard, len(data),
                          data_files(data.dataset))
-    smoothed = Smoothed(source.model, NOISES[cfg.noise](cfg.sigma), source.num_classes,
+    smoothed = Smoothed(source.model, noise, source.num_classes,
                         BatchedVotes(**cfg.engine, chunk=cfg.chunk))
     previous = read_records(path) if path is not None else _no_records(certifier.columns)
     run = RunContext(cfg, smoothed, data, previous, source.device)

@@ -26,7 +26,10 @@ Three procedures are registered in :data:`SEQUENTIAL_TESTS`:
 - ``"union-final"`` — the same with half of α spent at the last look (n_max) and the other half
   split over the earlier ones, so a run to n_max loses little against fixed-n CERTIFY;
 - ``"mixture"`` — the confidence sequence of a Beta(a, b)-mixture martingale (Robbins), valid at
-  every t by Ville's inequality, evaluated at its own geometric looks.
+  every t by Ville's inequality, evaluated at its own geometric looks;
+- ``"targeted"`` — a union bound whose α is spent mostly on ONE look: the draws that an input
+  with only hits needs to pass the grid threshold its selection draws point to; the rest of α
+  on sparse geometric looks, and an optimistic futility rule (:class:`Targeted`).
 
 The sampling itself (the model, the noise, the batches) is not here: :func:`certify_levels` is a
 generator that asks for a number of draws and receives the number of hits.
@@ -131,6 +134,25 @@ class SequentialTest(abc.ABC):
     def _mirror(self) -> SequentialTest:
         """The test of 1 − p from the misses; itself for a test symmetric in hits and misses."""
         return self
+
+    def given_selection(self, hits: int, n0: int, thresholds, alpha: float,
+                        n_max: int) -> SequentialTest:
+        """The test to run after the selection draws gave ĉ_A ``hits`` of ``n0``: itself here.
+
+        The selection draws are independent of the estimation draws, so a test (its looks and
+        how it spends α) chosen from them is still valid: this is where a test may aim. The
+        first look must not depend on them (the first request holds both)."""
+        return self
+
+    def futile(self, k: int, t: int, target: float, alpha: float, n_max: int,
+               p_upper: float) -> bool:
+        """Rule (d) of :func:`certify_levels`: True stops sampling before ``target`` (the next
+        threshold) is certified. Any rule is sound (stopping only removes looks); it trades
+        draws against the chance of certifying ``target`` by n_max. Here: even with every
+        remaining draw hitting at rate p_upper (≥ p_A with probability ≥ 1−α) the bound at
+        n_max would not pass ``target``."""
+        projected = math.floor(k + p_upper * (n_max - t))
+        return self.lower(projected, n_max, alpha, n_max) <= target
 
 
 @SEQUENTIAL_TESTS.register("union")
@@ -264,6 +286,111 @@ def _newton_from_below(k, t, c, steps: int = 100) -> np.ndarray:
     return x
 
 
+@dataclass(frozen=True, kw_only=True)
+class ScheduledUnion(SequentialTest):
+    """Clopper–Pearson at level ``levels[i]`` at look ``schedule[i]``: the union bound with α
+    split unevenly over arbitrary looks, valid at level Σ levels (the ``alpha`` passed to its
+    bounds is not used: its levels were split from it). Built by :class:`Targeted` for one input;
+    ``optimism`` (None: the default rule) sets its futility rule (:meth:`Targeted.futile`)."""
+
+    schedule: tuple
+    levels: tuple
+    optimism: float | None = None
+    first: int = 0  # unused: the looks are the schedule
+    ratio: float = 2.0
+
+    def looks(self, n_max: int) -> tuple[int, ...]:
+        if self.schedule[-1] != n_max:
+            raise SmoothcertError(f"this schedule ends at {self.schedule[-1]}, not n_max={n_max}")
+        return self.schedule
+
+    def _lower(self, k, t, alpha, n_max):
+        at = {look: level for look, level in zip(self.schedule, self.levels)}
+        off = [int(x) for x in np.unique(t) if int(x) not in at]
+        if off:
+            raise SmoothcertError(f"the scheduled union bound holds only at {self.schedule}; "
+                                  f"t={off[0]}")
+        bound = np.empty(k.shape, dtype=np.float64)  # the levels were split from α already
+        for look in np.unique(t):
+            where = t == look
+            bound[where] = clopper_pearson_lower(k[where], t[where], at[int(look)])
+        return bound
+
+    def futile(self, k, t, target, alpha, n_max, p_upper):
+        if self.optimism is None:
+            return super().futile(k, t, target, alpha, n_max, p_upper)
+        return Targeted.optimistic_futility(self, k, t, target, alpha, n_max, p_upper,
+                                            self.optimism)
+
+
+@SEQUENTIAL_TESTS.register("targeted")
+@dataclass(frozen=True, kw_only=True)
+class Targeted(SequentialTest):
+    """A union bound aimed by the selection draws: most of α on the one look where an input
+    with only hits passes the threshold the selection points to.
+
+    Given ĉ_A's hits k₀ among the n0 selection draws (independent of the estimation draws, so
+    the aim costs no validity), the target is the largest grid threshold p_j below the upper
+    Clopper–Pearson bound of k₀/n0 at level ``aim`` (10%: "not ruled out"). Its look is
+    t* = ⌈ln(w·α) / ln p_j⌉ at level w·α (w = ``target_share``): the fewest draws that can
+    certify p_j with w·α, reached by an input whose draws all hit. The remaining (1 − w)·α is
+    split evenly over geometric looks ``first``·``ratio``^i up to n_max, which certify the
+    inputs whose aim was high or low. On the benchmark (σ = 0.25, α = 0.001, n_max = 10⁵)
+    most inputs have p̂_A ≈ 1 and pay ~t* instead of the union test's 7,680 hits in a row at
+    α/32 (grid to 3σ).
+
+    Futility (``optimism`` c): stop when even a hit rate of p̂ + c·SE (capped by p_upper) on
+    the remaining draws would leave the bound at n_max at or below the next threshold. It is
+    bolder than the default rule, which projects at p_upper (a (1−α) bound): inputs whose p_A
+    sits within a few standard errors above a threshold may stop short of it. That is the
+    price, measured in docs/BENCHMARKS.md: certified accuracy within 0.5 points of fixed-n.
+    Soundness does not depend on it.
+    """
+
+    first: int = 100  # the first look; draws ≤ t* with α(1 − w)/K each before the target
+    ratio: float = 1.5  # sparser than union's 1.25: these looks hold only (1 − w)·α
+    target_share: float = 0.6  # w
+    aim: float = 0.1
+    optimism: float = 1.0
+
+    def __post_init__(self):
+        _check_schedule(self.first, self.ratio)
+        check_probability("target_share", self.target_share), check_probability("aim", self.aim)
+        check_positive_finite("optimism", self.optimism)
+
+    def given_selection(self, hits, n0, thresholds, alpha, n_max):
+        thr = np.asarray(thresholds, dtype=np.float64)
+        reach = 1.0 if hits == n0 else float(1.0 - clopper_pearson_lower(n0 - hits, n0,
+                                                                         self.aim))
+        level = max(0, int(np.searchsorted(thr, reach, side="left")) - 1)
+        fallback = self.looks(n_max)
+        levels = dict.fromkeys(fallback, alpha * (1 - self.target_share) / len(fallback))
+        target = alpha * self.target_share
+        p = thr[level]
+        look = math.ceil(math.log(target) / math.log(p)) if 0.5 < p < 1.0 else fallback[0]
+        look = min(max(look, fallback[0]), n_max)
+        levels[look] = levels.get(look, 0.0) + target
+        schedule = tuple(sorted(levels))
+        return ScheduledUnion(schedule=schedule, levels=tuple(levels[s] for s in schedule),
+                              optimism=self.optimism)
+
+    def _lower(self, k, t, alpha, n_max):
+        """Without a selection: the fallback looks with α split evenly (``union``'s bound)."""
+        return UnionBound(first=self.first, ratio=self.ratio)._lower(k, t, alpha, n_max)
+
+    def futile(self, k, t, target, alpha, n_max, p_upper):
+        return self.optimistic_futility(self, k, t, target, alpha, n_max, p_upper,
+                                        self.optimism)
+
+    @staticmethod
+    def optimistic_futility(test, k, t, target, alpha, n_max, p_upper, c) -> bool:
+        p_hat = k / t
+        se = math.sqrt(max(p_hat * (1 - p_hat), 1.0 / t) / t)
+        rate = min(p_upper, p_hat + c * se)
+        projected = math.floor(k + rate * (n_max - t))
+        return test.lower(projected, n_max, alpha, n_max) <= target
+
+
 # --------------------------------------------------------------------------- the procedure
 @dataclass(frozen=True)
 class SequentialOutcome:
@@ -289,7 +416,7 @@ class SequentialOutcome:
 
 
 def certify_levels(
-    test: SequentialTest, thresholds, alpha: float, n_max: int
+    test: SequentialTest, thresholds, alpha: float, n_max: int, selection=None
 ) -> Generator[int, int, SequentialOutcome]:
     """Sequentially certify the largest grid threshold below p_A; a generator driven by hits.
 
@@ -297,6 +424,8 @@ def certify_levels(
     ``test.looks(n_max)``) and receives, through ``send``, the hits of ĉ_A among those draws; it
     returns (``StopIteration.value``) a :class:`SequentialOutcome`. ``thresholds`` is a
     non-decreasing 1-D array of values in [0, 1] (from :func:`thresholds`); ``alpha`` in (0, 1).
+    ``selection`` = (hits of ĉ_A, n0) from the selection draws lets the test aim
+    (:meth:`SequentialTest.given_selection`).
 
     At each look, with k hits in t draws:
       1. p_lower ← max(p_lower, L(k, t)), p_upper ← min(p_upper, U(k, t));
@@ -317,6 +446,8 @@ def certify_levels(
     the next threshold by n_max; what it gives up is that chance, not a guarantee.
     """
     test, thr, alpha, n_max = _checked(test, thresholds, alpha, n_max)
+    if selection is not None:
+        test = test.given_selection(*selection, thr, alpha, n_max)
     looks = test.looks(n_max)
     k = t = 0
     p_lower, p_upper = 0.0, 1.0
@@ -333,10 +464,11 @@ def certify_levels(
 
 
 def run_levels(
-    test: SequentialTest, thresholds, alpha: float, n_max: int, draw_hits: Callable[[int], int]
+    test: SequentialTest, thresholds, alpha: float, n_max: int, draw_hits: Callable[[int], int],
+    selection=None,
 ) -> SequentialOutcome:
     """Drive :func:`certify_levels` with ``draw_hits(m)``: the hits of ĉ_A among m fresh draws."""
-    proc = certify_levels(test, thresholds, alpha, n_max)
+    proc = certify_levels(test, thresholds, alpha, n_max, selection)
     m = next(proc)
     try:
         while True:
@@ -355,11 +487,7 @@ def _stop_reason(test, thr, level, k, t, alpha, n_max, p_upper) -> str | None:
     best = test.lower(k + later - t, later, alpha, n_max)  # every further draw a hit
     if np.max(best) <= thr[level + 1]:
         return "unreachable"
-    # (d) futility: let every remaining draw hit at rate p_upper, which is ≥ p_A with probability
-    # ≥ 1−α; if even then the bound at n_max would not pass the next threshold, more draws will
-    # not change the answer (covers p_upper < thr[level + 1], where the projection is lower still).
-    projected = math.floor(k + p_upper * (n_max - t))
-    if test.lower(projected, n_max, alpha, n_max) <= thr[level + 1]:
+    if test.futile(k, t, thr[level + 1], alpha, n_max, p_upper):  # (d)
         return "futile"
     return None
 
