@@ -426,8 +426,8 @@ report "$out/dd_models.md" \
     --radii 0:2.5:0.25 --common --plot "$out/dd_models.png"
 {   # σ_x of the training examples at the end of data-dependent training (the logs' last rows)
     printf 'name\tdd_steps_per_epoch\tsigma_updates\tsigma_min\tsigma_mean\tsigma_max\n'
-    for name in gaussian_dd_s050 gaussian_dd900_s050; do
-        if ! published "$name"; then continue; fi
+    for name in gaussian_dd_s050 gaussian_dd900_s050; do  # trained: its log is published
+        if [[ ! -f $out/$name/log.tsv || ! -f $out/$name/config.yaml ]]; then continue; fi
         # config.yaml: the σ mode's K and first epoch, as sigma_mode_params (num_steps,
         # start_epoch) or, in configs written before that field, as dd_steps, dd_start_epoch
         awk -F'\t' -v name="$name" '
