@@ -417,13 +417,19 @@ report "$out/dd_agreement.md" $(for stem in certify data_dependent; do
                                     files "$stem" gaussian_s050
                                     files data_dependent_k900 gaussian_s050; done) \
     --agreement --common --radii 0:2.5:0.25
-# K = 900 on the consistency model and on the model trained with the authors' σ updates
+# K = 900 on the consistency model and on the model trained with the authors' σ updates, next
+# to the Gaussian model's (the baseline of "data-dependent training helps further")
 report "$out/dd_models.md" \
+    $(files certify gaussian_s050) $(files data_dependent_k900 gaussian_s050) \
     $(files certify consistency_s050) $(files data_dependent consistency_s050) \
     $(files data_dependent_k900 consistency_s050) \
     $(for stem in certify data_dependent data_dependent_k900; do
           files "$stem" gaussian_dd900_s050; done) \
     --radii 0:2.5:0.25 --common --plot "$out/dd_models.png"
+report "$out/dd_models_agreement.md" \
+    $(for stem in certify data_dependent_k900; do
+          files "$stem" gaussian_s050; files "$stem" gaussian_dd900_s050; done) \
+    --agreement --common --radii 0:2.5:0.25
 {   # σ_x of the training examples at the end of data-dependent training (the logs' last rows)
     printf 'name\tdd_steps_per_epoch\tsigma_updates\tsigma_min\tsigma_mean\tsigma_max\n'
     for name in gaussian_dd_s050 gaussian_dd900_s050; do  # trained: its log is published

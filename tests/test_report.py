@@ -303,8 +303,12 @@ def test_agreement_counts_each_example(tmp_path):
     assert got.both == (2, 0, 0)
     assert got.first_only == (1, 2, 1) and got.second_only == (1, 2, 1)
     assert got.count == 4 and got.agreement == pytest.approx(1 - 8 / 12)
+    # paired radius differences B − A by idx: −0.4, −0.3, +0.5, +0.4 (sample sd √(0.65/3))
+    assert got.acr_difference == pytest.approx(0.05)
+    assert got.acr_difference_se == pytest.approx((0.65 / 3) ** 0.5 / 2)
     same = certified_agreement(a, a, (0.0, 0.25, 0.5))
     assert same.first_only == same.second_only == (0, 0, 0) and same.agreement == 1.0
+    assert same.acr_difference == same.acr_difference_se == 0.0
 
 
 def test_agreement_report_pairs_the_files(tmp_path):
@@ -315,6 +319,8 @@ def test_agreement_report_pairs_the_files(tmp_path):
     rows = list(csv.DictReader(io.StringIO(agreement_report([a, b, a, a], "0,0.25", "csv"))))
     assert [(r["first"], r["second"], r["r=0"], r["r=0.25"]) for r in rows] == [
         ("a", "b", "1/1", "2/2"), ("a", "a", "0/0", "0/0")]
+    assert float(rows[0]["acr_difference"]) == pytest.approx(0.05)
+    assert float(rows[1]["acr_difference_se"]) == 0.0
     assert float(rows[0]["agreement"]) == pytest.approx(1 - 6 / 8)
 
 
@@ -335,7 +341,7 @@ def test_cli_agreement(tmp_path, capsys):
     a = str(_cert_file(tmp_path / "a.tsv", A_ROWS))
     b = str(_cert_file(tmp_path / "b.tsv", B_ROWS))
     assert main(["report", a, b, "--agreement", "--radii", "0,0.25"]) == 0
-    assert "| a | b | 4 | 25.0% | 1/1 | 2/2 |" in capsys.readouterr().out
+    assert "| a | b | 4 | 25.0% | +0.050 | 0.233 | 1/1 | 2/2 |" in capsys.readouterr().out
     assert main(["report", a, b, "--agreement", "--train"]) == 2
     assert main(["report", a, "--agreement"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

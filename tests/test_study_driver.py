@@ -187,13 +187,15 @@ def test_cost_tables(reported):
 def test_agreement_tables(reported):
     out, _ = reported
     table = (out / "agreement_s025.md").read_text().splitlines()
-    assert table[0] == "| first | second | n | agree | r=0 | r=0.25 | r=0.5 | r=0.75 |"
+    assert table[0] == ("| first | second | n | agree | ΔACR | ± SE | r=0 | r=0.25 | r=0.5 "
+                        "| r=0.75 |")
     pairs = [line.split(" | ")[:2] for line in table[2:]]
     assert pairs == [["| gaussian_s025/certify", "gaussian_s025/sequential"],
                      ["| gaussian_s025/certify", "gaussian_s025/sequential_nmax100k"],
                      ["| consistency_s025/certify", "consistency_s025/sequential"]]
     # the synthetic sequential rows equal the CERTIFY rows: no image certified by one alone
-    assert all(line.endswith("| 500 | 100.0% | 0/0 | 0/0 | 0/0 | 0/0 |") for line in table[2:])
+    assert all(line.endswith("| 500 | 100.0% | +0.000 | 0.000 | 0/0 | 0/0 | 0/0 | 0/0 |")
+               for line in table[2:])
     for sigma, grid in (("s050", 7), ("s100", 13)):
         header = (out / f"agreement_{sigma}.md").read_text().splitlines()[0]
         assert header.count("| r=") == grid, sigma
@@ -241,6 +243,10 @@ def test_step9_pieces(reported):
         rows = (out / f"{piece}.md").read_text().splitlines()[2:]
         assert {[c.strip() for c in row.strip("|").split("|")][1] for row in rows} == {count}
     assert "σ_x min" in (out / "dd_budgets.md").read_text()
+    pairs = (out / "dd_models_agreement.md").read_text().splitlines()[2:]  # image by image,
+    assert [row.split("|")[1:3] for row in pairs] == [  # Gaussian vs dd-trained model
+        [" gaussian_s050/certify ", " gaussian_dd900_s050/certify "],
+        [" gaussian_s050/data_dependent_k900 ", " gaussian_dd900_s050/data_dependent_k900 "]]
     training = (out / "dd_training.tsv").read_text().splitlines()
     assert training[0].split("\t") == ["name", "dd_steps_per_epoch", "sigma_updates",
                                        "sigma_min", "sigma_mean", "sigma_max"]

@@ -820,6 +820,7 @@ ACR\tof the first CERTIFY record file in the folder
 --agreement: one row per pair of files
 first, second\tthe two files
 agree\tfraction of (example, radius) pairs that both files certify or both do not
+ΔACR, ± SE\tACR(second) − ACR(first) and its paired standard error over the examples
 r=R\ta/b: examples only the first file / only the second certifies at R"""
 
 

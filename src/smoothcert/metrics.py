@@ -164,6 +164,11 @@ class Agreement:
     radius ≥ r) and ``second`` does not; ``second_only[i]`` the reverse; ``both[i]`` those both
     certify. Two certifiers can have the same certified accuracy while disagreeing on which
     examples they certify; these counts show it.
+
+    ``acr_difference`` is the paired mean of (second's − first's) certified radius over the
+    examples, i.e. ACR(second) − ACR(first), and ``acr_difference_se`` its standard error
+    (sample standard deviation of the per-example differences / √count; NaN for one example):
+    a difference of a few standard errors is not an accident of which examples were drawn.
     """
 
     first: str
@@ -173,6 +178,8 @@ class Agreement:
     both: tuple
     first_only: tuple
     second_only: tuple
+    acr_difference: float
+    acr_difference_se: float
 
     @property
     def agreement(self) -> float:
@@ -187,27 +194,38 @@ def certified_agreement(first: Records, second: Records, radii: Sequence[float])
     The files must hold the same examples (the same ``idx`` values, in any order).
     """
     radii = tuple(float(r) for r in radii)
-    a, b = (_certified_by_idx(r, radii) for r in (first, second))
+    a, b = (_radius_by_idx(r) for r in (first, second))
     if a.keys() != b.keys():
         raise SmoothcertError(f"{first.path} and {second.path} hold different examples; "
                               "compare files of the same examples (same --skip/--max)")
     idx = sorted(a)
-    a, b = np.array([a[i] for i in idx]), np.array([b[i] for i in idx])
+    ra, rb = np.array([a[i] for i in idx]), np.array([b[i] for i in idx])
+    a, b = (_certified_at(r, radii) for r in (ra, rb))
     return Agreement(first=first.name, second=second.name, count=len(idx), radii=radii,
                      both=_per_radius(a & b), first_only=_per_radius(a & ~b),
-                     second_only=_per_radius(~a & b))
+                     second_only=_per_radius(~a & b),
+                     **_paired_difference(np.maximum(rb, 0.0) - np.maximum(ra, 0.0)))
+
+
+def _certified_at(radius: np.ndarray, radii: tuple) -> np.ndarray:
+    """(example, radius) → certified: correct (radius ≥ 0 here) with radius ≥ r."""
+    return (radius[:, None] >= 0.0) & (radius[:, None] >= np.asarray(radii)[None, :])
+
+
+def _paired_difference(diff: np.ndarray) -> dict:
+    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("nan")
+    return {"acr_difference": float(diff.mean()), "acr_difference_se": se}
 
 
 def _per_radius(mask: np.ndarray) -> tuple:
     return tuple(int(v) for v in mask.sum(axis=0))
 
 
-def _certified_by_idx(records: Records, radii: tuple) -> dict:
-    """idx → boolean per radius: certified (correct, radius ≥ r)."""
+def _radius_by_idx(records: Records) -> dict:
+    """idx → the radius if the prediction is correct, else −1 (never certified)."""
     _check_certify(records, "comparing certificates")
-    radius = certified_radii(records)
-    certified = correct_mask(records)[:, None] & (radius[:, None] >= np.asarray(radii)[None, :])
-    by_idx = {int(i): row for i, row in zip(records["idx"], certified)}
+    radius = np.where(correct_mask(records), certified_radii(records), -1.0)
+    by_idx = {int(i): r for i, r in zip(records["idx"], radius)}
     if len(by_idx) != len(records):
         raise SmoothcertError(f"{records.path} repeats an idx; merge shards with "
                               "`smoothcert merge`")

@@ -164,9 +164,10 @@ def agreement_report(paths: Iterable, radii, fmt: str = "md", *, common: bool = 
     """Compare record files pairwise, example by example (1st with 2nd, 3rd with 4th, ...).
 
     One row per pair: the two names, n, the fraction of (example, radius) pairs on which they
-    agree, then per radius ``a/b``: the examples only the first certifies there / only the
-    second (see :class:`~smoothcert.metrics.Agreement`). ``common``: each pair is compared on
-    the examples both files hold.
+    agree, ACR(second) − ACR(first) with its paired standard error, then per radius ``a/b``:
+    the examples only the first certifies there / only the second (see
+    :class:`~smoothcert.metrics.Agreement`). ``common``: each pair is compared on the examples
+    both files hold.
     """
     formatter = get_format(fmt)
     radii = _radii(radii)
@@ -184,10 +185,12 @@ def agreement_table(agreements: Sequence[Agreement]) -> Table:
     radii = agreements[0].radii
     labels = [radius_label(r) for r in radii]
     return Table(
-        keys=("first", "second", "n", "agreement", *labels),
-        headers=("first", "second", "n", "agree", *labels),
-        styles=("text", "text", "int", "percent", *["text"] * len(radii)),
-        rows=tuple((a.first, a.second, a.count, a.agreement,
+        keys=("first", "second", "n", "agreement", "acr_difference", "acr_difference_se",
+              *labels),
+        headers=("first", "second", "n", "agree", "ΔACR", "± SE", *labels),
+        styles=("text", "text", "int", "percent", "signed3", "float3", *["text"] * len(radii)),
+        rows=tuple((a.first, a.second, a.count, a.agreement, a.acr_difference,
+                    a.acr_difference_se,
                     *(f"{f}/{s}" for f, s in zip(a.first_only, a.second_only)))
                    for a in agreements),
     )
@@ -323,6 +326,7 @@ _STYLES = {
     "int": lambda v: str(int(v)),
     "percent": lambda v: f"{100 * v:.1f}%",
     "float3": lambda v: f"{v:.3f}",
+    "signed3": lambda v: f"{v:+.3f}",
     "float4": lambda v: f"{v:.4f}",
     "float2": lambda v: f"{v:.2f}",
 }
