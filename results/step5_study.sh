@@ -412,7 +412,11 @@ report "$out/dd_budgets.md" \
     --sigma-hist "$out/dd_sigma_hist.png"
 report "$out/dd_package.md" $(for stem in certify data_dependent data_dependent_k900 \
                                   data_dependent_package; do files "$stem" gaussian_s050; done) \
-    --radii 0:2.5:0.25 --common
+    --radii 0:2.5:0.25 --common --sigma-hist "$out/dd_package_sigma_hist.png"
+report "$out/dd_package_agreement.md" $(for stem in certify data_dependent_k900; do
+                                            files "$stem" gaussian_s050
+                                            files data_dependent_package gaussian_s050; done) \
+    --agreement --common --radii 0:2.5:0.25
 report "$out/dd_agreement.md" $(for stem in certify data_dependent; do
                                     files "$stem" gaussian_s050
                                     files data_dependent_k900 gaussian_s050; done) \

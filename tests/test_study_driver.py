@@ -232,7 +232,8 @@ def test_step9_pieces(reported):
         assert (out / f"{piece}.md").read_text().startswith("| name |"), piece
         assert (out / f"{piece}.png").stat().st_size > 0, piece
     assert (out / "seven_s050_pa_ecdf.png").stat().st_size > 0
-    assert (out / "dd_sigma_hist.png").stat().st_size > 0
+    for hist in ("dd_sigma_hist", "dd_package_sigma_hist"):
+        assert (out / f"{hist}.png").stat().st_size > 0, hist
     table = (out / "grad_norms.md").read_text().splitlines()
     assert len(table) == 2 + 7
     for row in table[2:]:  # easy 1.0, hard 4.0: ratio 0.25; ACR (0 + σ/4 + σ/2)/4 at σ = 0.5
@@ -243,6 +244,10 @@ def test_step9_pieces(reported):
         rows = (out / f"{piece}.md").read_text().splitlines()[2:]
         assert {[c.strip() for c in row.strip("|").split("|")][1] for row in rows} == {count}
     assert "σ_x min" in (out / "dd_budgets.md").read_text()
+    package = (out / "dd_package_agreement.md").read_text().splitlines()[2:]
+    assert [row.split("|")[1:4] for row in package] == [
+        [" certify ", " data_dependent_package ", " 20 "],
+        [" data_dependent_k900 ", " data_dependent_package ", " 20 "]]
     pairs = (out / "dd_models_agreement.md").read_text().splitlines()[2:]  # image by image,
     assert [row.split("|")[1:3] for row in pairs] == [  # Gaussian vs dd-trained model
         [" gaussian_s050/certify ", " gaussian_dd900_s050/certify "],
