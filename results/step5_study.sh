@@ -433,6 +433,7 @@ report "$out/dd_models.md" \
 report "$out/dd_models_agreement.md" \
     $(for stem in certify data_dependent_k900; do
           files "$stem" gaussian_s050; files "$stem" gaussian_dd900_s050; done) \
+    $(files certify consistency_s050) $(files data_dependent_k900 consistency_s050) \
     --agreement --common --radii 0:2.5:0.25
 {   # σ_x of the training examples at the end of data-dependent training (the logs' last rows)
     printf 'name\tdd_steps_per_epoch\tsigma_updates\tsigma_min\tsigma_mean\tsigma_max\n'

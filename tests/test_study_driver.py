@@ -248,10 +248,11 @@ def test_step9_pieces(reported):
     assert [row.split("|")[1:4] for row in package] == [
         [" certify ", " data_dependent_package ", " 20 "],
         [" data_dependent_k900 ", " data_dependent_package ", " 20 "]]
-    pairs = (out / "dd_models_agreement.md").read_text().splitlines()[2:]  # image by image,
-    assert [row.split("|")[1:3] for row in pairs] == [  # Gaussian vs dd-trained model
+    pairs = (out / "dd_models_agreement.md").read_text().splitlines()[2:]  # image by image:
+    assert [row.split("|")[1:3] for row in pairs] == [  # Gaussian vs dd-trained; K = 900
         [" gaussian_s050/certify ", " gaussian_dd900_s050/certify "],
-        [" gaussian_s050/data_dependent_k900 ", " gaussian_dd900_s050/data_dependent_k900 "]]
+        [" gaussian_s050/data_dependent_k900 ", " gaussian_dd900_s050/data_dependent_k900 "],
+        [" consistency_s050/certify ", " consistency_s050/data_dependent_k900 "]]
     training = (out / "dd_training.tsv").read_text().splitlines()
     assert training[0].split("\t") == ["name", "dd_steps_per_epoch", "sigma_updates",
                                        "sigma_min", "sigma_mean", "sigma_max"]
