@@ -38,8 +38,8 @@ from common import print_environment
 
 from smoothcert import Gaussian
 from smoothcert.models import build_model
-from smoothcert.sampling import BatchedVotes
-from smoothcert.smoothing import Smoothed
+from smoothcert.smoothing.engine import BatchedVotes
+from smoothcert.smoothing.smoothed import Smoothed
 
 MODELS = {"lenet": (1, 28, 28), "cifar_resnet20": (3, 32, 32), "cifar_resnet110": (3, 32, 32),
           "resnet50": (3, 224, 224)}

@@ -51,7 +51,7 @@ import torch
 from common import environment, git_commit
 from torch.utils.flop_counter import FlopCounterMode
 
-from smoothcert.sampling import BatchedVotes
+from smoothcert.smoothing.engine import BatchedVotes
 
 NUM_CLASSES = {"lenet": 10, "cifar_resnet20": 10, "cifar_resnet110": 10, "resnet50": 1000}
 GOAL_SECONDS = {"cifar_resnet110": 1.0, "resnet50": 5.0}  # s/image at the best setting, H100

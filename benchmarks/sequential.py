@@ -30,7 +30,7 @@ import torch
 from common import print_environment
 from scipy.stats import norm
 
-from smoothcert.metrics import certified_accuracy
+from smoothcert.evaluation.metrics import certified_accuracy
 from smoothcert.models import load_checkpoint
 from smoothcert.runs import RunConfig, run_dataset
 from smoothcert.runs.records import read_records

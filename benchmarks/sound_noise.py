@@ -27,13 +27,13 @@ import torch
 from certify_throughput import MODELS, make_model
 from common import print_environment
 
-from smoothcert.data import load_dataset
-from smoothcert.metrics import certified_accuracy
-from smoothcert.noise import NOISES
+from smoothcert.data.datasets import load_dataset
+from smoothcert.evaluation.metrics import certified_accuracy
+from smoothcert.noise.base import NOISES
 from smoothcert.runs import certify_dataset
 from smoothcert.runs.records import read_records
-from smoothcert.sampling import BatchedVotes
-from smoothcert.smoothing import Smoothed
+from smoothcert.smoothing.engine import BatchedVotes
+from smoothcert.smoothing.smoothed import Smoothed
 
 NOISE_NAMES = ("gaussian", "discrete-gaussian")
 

@@ -27,8 +27,8 @@ import torch
 from common import print_environment
 
 from smoothcert.models.checkpoint import save_checkpoint
-from smoothcert.recipes import load_recipe
 from smoothcert.training import TrainConfig, Trainer
+from smoothcert.training.recipes import load_recipe
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "fashion-mnist"
 RUNS = ["gaussian", "gaussian_m2", "stability", "consistency", "smoothadv",

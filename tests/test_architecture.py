@@ -1,7 +1,10 @@
-"""The layers of docs/ARCHITECTURE.md, checked: each module imports only its own layer and the
-layers below it, no two modules share a name, and the plug-in folders hold what they should."""
+"""The shape of docs/ARCHITECTURE.md, checked: the folders are layers (each imports only its own
+layer and the layers below it), no import circle between modules (function-level imports
+included), at most 10 modules at the top of the package, none over 500 lines, and the plug-in
+folders hold what they should."""
 
 import ast
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -10,20 +13,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "smoothcert"
 
 # From the ground up, as in docs/ARCHITECTURE.md; a module's layer is that of its first path part.
 LAYERS = [
-    {"errors", "registry", "rng", "io", "tensors", "radii", "version"},
-    {"stats"},
-    {"noise", "sound_noise"},
-    {"sampling"},
-    {"smoothing"},
-    {"sigma_optimization", "attacks"},
-    {"certifiers"},
-    {"methods"},
-    {"data", "image_folders", "models", "recipes", "distributed"},
+    {"errors", "registry", "rng", "io", "tensors", "radii", "version", "upgrade"},
+    {"stats", "noise", "data"},
+    {"smoothing", "models"},
+    {"certifiers", "methods"},
     {"runs"},
-    {"training", "train"},
-    {"metrics", "plots", "report", "analysis", "demo"},
+    {"training"},
+    {"evaluation"},
     {"cli", "__init__"},
 ]
+MAX_TOP_LEVEL_MODULES = 10
+MAX_LINES = 500
 
 
 def layer_of(part: str) -> int:
@@ -37,44 +37,109 @@ def modules():
     return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+def dotted(path: Path) -> str:
+    """``noise.base`` for src/smoothcert/noise/base.py; a package is its folder's name."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+KNOWN = {dotted(p) for p in modules()}
+
+
 def imported(path: Path) -> set[str]:
-    """The first path part of every smoothcert module that ``path`` imports (lazily too)."""
-    package = path.relative_to(PACKAGE).parts[:-1]
+    """Every smoothcert module (dotted, as :func:`dotted`) that ``path`` imports, lazily too.
+
+    ``from a import b`` names module ``a.b`` when that is a module, else module ``a``; the
+    implicit import of parent packages is Python's mechanics, not an edge."""
+    own = dotted(path)
+    parts = own.split(".") if own else []
+    package = parts if path.name == "__init__.py" else parts[:-1]
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = list(package[: len(package) - node.level + 1])
-            parts = base + (node.module.split(".") if node.module else [])
-            if parts:
-                found.add(parts[0])
-            else:  # "from . import x" at the top: x is a module
-                found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("smoothcert."):
-            found.add(node.module.split(".")[1])
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join(base + (node.module.split(".") if node.module else []))
+            elif (node.module or "").split(".")[0] == "smoothcert":
+                module = node.module.removeprefix("smoothcert").removeprefix(".")
+            else:
+                continue
+            for alias in node.names:
+                sub = f"{module}.{alias.name}" if module else alias.name
+                found.add(sub if sub in KNOWN else module)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "smoothcert":
+                    found.add(alias.name.removeprefix("smoothcert").removeprefix("."))
+    found.discard(own)
     return found
 
 
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_a_module_imports_only_its_layer_and_below(path):
     own = layer_of(path.relative_to(PACKAGE).parts[0].removesuffix(".py"))
-    above = {name for name in imported(path) if layer_of(name.removesuffix(".py")) > own}
+    above = {name for name in imported(path)
+             if name and layer_of(name.split(".")[0]) > own}
     assert not above, f"{path.name} imports from a higher layer: {sorted(above)}"
 
 
-def test_no_two_modules_share_a_name():
-    names = [p.stem for p in modules() if p.stem != "__init__"]
-    assert len(names) == len(set(names)), sorted({n for n in names if names.count(n) > 1})
+def find_circle(graph: dict) -> list | None:
+    """One import circle of ``graph`` (module -> imported modules), or None."""
+    state = {}  # 1: on the path, 2: done
+    path = []
+
+    def visit(node):
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (circle := visit(nxt)):
+                return circle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (circle := visit(node)):
+            return circle
+    return None
+
+
+def test_find_circle_finds_one():
+    assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_circle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_no_import_circle_between_modules():
+    graph = defaultdict(set)
+    for path in modules():
+        graph[dotted(path)] |= imported(path)
+    circle = find_circle(graph)
+    assert circle is None, "import circle: " + " -> ".join(circle)
+
+
+def test_the_top_of_the_package_is_small():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_is_too_long(path):
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)}: {lines} lines"
 
 
 def test_each_plugin_folder_holds_its_registrations():
     from smoothcert.certifiers import CERTIFIERS
     from smoothcert.methods import METHODS
+    from smoothcert.noise import NOISES
 
-    for registry, folder in ((CERTIFIERS, "certifiers"), (METHODS, "methods")):
+    for registry, folder in ((CERTIFIERS, "certifiers"), (METHODS, "methods"), (NOISES, "noise")):
         for name, cls in registry.items():
             assert cls.__module__.startswith(f"smoothcert.{folder}."), (name, cls.__module__)
-    statistics = {p.stem for p in (PACKAGE / "stats").glob("*.py")} - {"__init__"}
-    assert statistics == {"binomial", "sequential_tests", "margins"}
 
 
 def test_statistics_are_torch_free():

@@ -13,16 +13,21 @@ import torch
 
 from conftest import Halfspace, dying_writer
 from smoothcert import Gaussian, Smoothed
-from smoothcert.attacks import PGDL2, FreshNoiseObjective, SoftSmoothedObjective, draw_noises
-from smoothcert.cli import main
-from smoothcert.data import load_dataset
+from smoothcert.cli.app import main
+from smoothcert.data.datasets import load_dataset
 from smoothcert.errors import SmoothcertError
-from smoothcert.metrics import attack_curve, attack_success, summarize_attack
+from smoothcert.evaluation.metrics import attack_curve, attack_success, summarize_attack
+from smoothcert.evaluation.report import report
 from smoothcert.models.checkpoint import model_from_checkpoint
-from smoothcert.report import report
 from smoothcert.rng import example_generator
 from smoothcert.runs.attack import AttackSettings, SmoothedAttack
 from smoothcert.runs.records import read_records
+from smoothcert.smoothing.attacks import (
+    PGDL2,
+    FreshNoiseObjective,
+    SoftSmoothedObjective,
+    draw_noises,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from conftest import Halfspace
 from smoothcert import Gaussian, SmoothcertError
-from smoothcert.attacks import (
+from smoothcert.smoothing.attacks import (
     ATTACKS,
     DDN,
     PGDL2,

@@ -21,8 +21,8 @@ from smoothcert.errors import SmoothcertError
 from smoothcert.rng import example_generator
 from smoothcert.runs.records import manifest_path, merge_records, read_manifest, read_records
 from smoothcert.runs.runner import RunConfig, _file_rule, _identity
-from smoothcert.sampling import CHUNK, BatchedVotes
-from smoothcert.smoothing import Smoothed
+from smoothcert.smoothing.engine import CHUNK, BatchedVotes
+from smoothcert.smoothing.smoothed import Smoothed
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from conftest import write_checkpoint
-from smoothcert import data as data_mod
-from smoothcert.cli import build_parser, main, shard_from_env
-from smoothcert.data import load_dataset
-from smoothcert.distributed import rank_device, world_size_from_env
+from smoothcert.cli.app import build_parser, main, shard_from_env
+from smoothcert.data import datasets as data_mod
+from smoothcert.data.datasets import load_dataset
 from smoothcert.errors import SmoothcertError
 from smoothcert.models.checkpoint import load_checkpoint
-from smoothcert.recipes import load_recipe
 from smoothcert.runs.records import read_records
+from smoothcert.training.distributed import rank_device, world_size_from_env
+from smoothcert.training.recipes import load_recipe
 
 FAST = ["--n0", "10", "--n", "50", "--batch", "32", "--no-progress", "--device", "cpu"]
 TRAIN = ["train", "--dataset", "digits", "--arch", "digits_cnn", "--method", "gaussian",
@@ -188,7 +188,7 @@ def test_the_limits_themselves_parse():
 ])
 def test_a_batch_the_device_cannot_hold_is_one_line(checkpoint, tmp_path, capsys, monkeypatch,
                                                     error):
-    from smoothcert.sampling import BatchedVotes
+    from smoothcert.smoothing.engine import BatchedVotes
 
     forward, calls = BatchedVotes.forward, []
 
@@ -291,7 +291,7 @@ def test_envelope_refuses_files_of_different_splits(checkpoint, tmp_path, capsys
 
 # --------------------------------------------------------------------------- manifests' data
 def test_data_files_name_what_was_read(tmp_path, monkeypatch):
-    from smoothcert.data import data_files
+    from smoothcert.data.datasets import data_files
 
     digits = data_files(load_dataset("digits", "test"))
     (entry,) = digits["files"]
@@ -309,7 +309,7 @@ def test_data_files_name_what_was_read(tmp_path, monkeypatch):
 def test_data_files_of_an_image_folder(tmp_path):
     from PIL import Image
 
-    from smoothcert.data import data_files
+    from smoothcert.data.datasets import data_files
 
     for c in ("a", "b"):
         (tmp_path / "val" / c).mkdir(parents=True)
@@ -331,7 +331,7 @@ def test_the_manifest_names_the_data_files_a_run_read(tmp_path):
     import json
 
     from conftest import write_checkpoint
-    from smoothcert.cli import main
+    from smoothcert.cli.app import main
 
     checkpoint = write_checkpoint(tmp_path / "c.pt")
     out = tmp_path / "r.tsv"

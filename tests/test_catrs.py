@@ -13,14 +13,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from smoothcert import Gaussian, SmoothcertError
-from smoothcert.attacks import draw_noises
-from smoothcert.cli import main
+from smoothcert.cli.app import main
 from smoothcert.methods import EpochContext, build_method
 from smoothcert.methods.catrs import catrs_loss, kl_pgd, load_teacher, vote_frequencies
 from smoothcert.models.checkpoint import load_checkpoint
-from smoothcert.recipes import load_recipe
+from smoothcert.smoothing.attacks import draw_noises
 from smoothcert.training import TrainConfig
 from smoothcert.training import loop as loop_module
+from smoothcert.training.recipes import load_recipe
 
 F64 = torch.float64
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

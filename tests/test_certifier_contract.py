@@ -9,7 +9,7 @@ import torch
 from conftest import Halfspace, dying_writer
 from smoothcert.certifiers import CERTIFIERS
 from smoothcert.errors import SmoothcertError
-from smoothcert.noise import NOISES
+from smoothcert.noise.base import NOISES
 from smoothcert.runs import certify_dataset
 from smoothcert.runs.records import merge_records, read_records, shard_path
 

@@ -11,8 +11,8 @@ from scipy.stats import norm
 
 from conftest import Halfspace, write_checkpoint
 from smoothcert import Gaussian, Uniform, certify_dataset
-from smoothcert.cli import main
-from smoothcert.data import load_dataset
+from smoothcert.cli.app import main
+from smoothcert.data.datasets import load_dataset
 from smoothcert.errors import SmoothcertError
 from smoothcert.runs.records import read_records
 

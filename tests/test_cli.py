@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import dying_writer, write_checkpoint
-from smoothcert.cli import main
+from smoothcert.cli.app import main
 from smoothcert.runs.records import read_records
 
 RUN = ["--n0", "20", "--n", "200", "--batch", "64", "--no-progress", "--device", "cpu"]
@@ -229,14 +229,14 @@ def test_console_script_exit_code(tmp_path):
 
 # --------------------------------------------------------------------------- help
 def subparsers():
-    from smoothcert.cli import build_parser
+    from smoothcert.cli.app import build_parser
 
     (action,) = [a for a in build_parser()._actions if a.dest == "command"]
     return action.choices  # name -> the subcommand's parser
 
 
 def test_every_command_and_analysis_is_in_the_registry_that_builds_the_parser():
-    from smoothcert.cli import ANALYSES, COMMANDS, Command
+    from smoothcert.cli.app import ANALYSES, COMMANDS, Command
     from smoothcert.registry import Registry
 
     assert isinstance(COMMANDS, Registry) and isinstance(ANALYSES, Registry)
@@ -268,10 +268,10 @@ def listed_names(text: str) -> dict[str, dict[str, str]]:
 
 
 def test_train_help_lists_every_registered_name_with_a_description(capsys, monkeypatch):
-    from smoothcert.data import DATASETS
+    from smoothcert.data.datasets import DATASETS
     from smoothcert.methods import METHODS
     from smoothcert.models import MODELS
-    from smoothcert.noise import NOISES
+    from smoothcert.noise.base import NOISES
     from smoothcert.training import SCHEDULES
     from smoothcert.training.sigma_modes import SIGMA_MODES
 
@@ -296,7 +296,7 @@ def test_train_help_lists_every_registered_name_with_a_description(capsys, monke
 def test_certify_help_lists_every_certifier_with_its_options_and_every_noise(capsys,
                                                                              monkeypatch):
     from smoothcert.certifiers import CERTIFIERS
-    from smoothcert.noise import NOISES
+    from smoothcert.noise.base import NOISES
 
     monkeypatch.setenv("COLUMNS", "250")  # one line per listed name
     assert main(["certify", "--help"]) == 0
@@ -311,7 +311,7 @@ def test_certify_help_lists_every_certifier_with_its_options_and_every_noise(cap
 def test_train_help_has_a_flag_for_every_config_field_with_its_default(capsys, monkeypatch):
     import dataclasses
 
-    from smoothcert.cli import _flag
+    from smoothcert.cli.app import _flag
     from smoothcert.training import TrainConfig
 
     text = train_help(capsys, monkeypatch)
@@ -340,7 +340,7 @@ def test_train_help_has_a_flag_for_every_config_field_with_its_default(capsys, m
 @pytest.mark.parametrize("name", ["certify", "predict", "attack", "report", "merge", "analyze",
                                   "import-checkpoint", "demo", "train"])
 def test_every_help_states_each_default_once(name):
-    from smoothcert.cli import _HelpFormatter
+    from smoothcert.cli.app import _HelpFormatter
 
     parser = subparsers()[name]
     formatter = _HelpFormatter(parser.prog)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from smoothcert.cli import main
+from smoothcert.cli.app import main
 from smoothcert.methods import METHODS
 from smoothcert.models.checkpoint import load_checkpoint
 

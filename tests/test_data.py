@@ -15,8 +15,8 @@ import torch
 from sklearn.datasets import load_digits
 
 from smoothcert import SmoothcertError
-from smoothcert import data as data_mod
-from smoothcert.data import (
+from smoothcert.data import datasets as data_mod
+from smoothcert.data.datasets import (
     AUGMENTATIONS,
     DATASETS,
     ImageDataset,

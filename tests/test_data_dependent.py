@@ -13,9 +13,9 @@ from torch import nn
 from conftest import Halfspace, write_checkpoint
 from smoothcert import SmoothcertError
 from smoothcert.certifiers.data_dependent import Memory
-from smoothcert.cli import main
+from smoothcert.cli.app import main
 from smoothcert.runs.records import manifest_path, read_records
-from smoothcert.sigma_optimization import CLAMP, optimize_sigma, soft_radius
+from smoothcert.smoothing.sigma_optimization import CLAMP, optimize_sigma, soft_radius
 
 DISTANCES = torch.tensor([0.25, 0.5, 1.0, 2.0])
 # the ascent step is deterministic while ψ_A is clamped (Gaussian) or 1 (uniform), so σ_x at
@@ -239,11 +239,11 @@ def test_packed_rows_equal_the_algorithm_run_on_each_example_alone(checkpoint, t
     """The engine packs several inputs' CERTIFY draws into one forward batch (batch 250 holds
     the 110 draws of two inputs and part of a third); each row still equals OptimizeSigma and
     CERTIFY at σ_x run on that example alone, with its own generator."""
-    from smoothcert.data import load_dataset
+    from smoothcert.data.datasets import load_dataset
     from smoothcert.models.checkpoint import model_from_checkpoint
-    from smoothcert.noise import Gaussian
+    from smoothcert.noise.gaussian import Gaussian
     from smoothcert.rng import example_generator
-    from smoothcert.smoothing import Smoothed
+    from smoothcert.smoothing.smoothed import Smoothed
 
     out = tmp_path / "packed.tsv"
     assert certify(checkpoint, out, "--batch", "250", "--opt", "memory=false") == 0

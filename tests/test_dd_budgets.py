@@ -11,12 +11,12 @@ import torch
 from scipy.stats import norm
 
 from conftest import Halfspace, write_checkpoint
-from smoothcert import sigma_optimization as dd
-from smoothcert.cli import main
+from smoothcert.cli.app import main
 from smoothcert.errors import SmoothcertError
-from smoothcert.metrics import certified_agreement
+from smoothcert.evaluation.metrics import certified_agreement
 from smoothcert.runs import RunConfig
 from smoothcert.runs.records import read_records
+from smoothcert.smoothing import sigma_optimization as dd
 
 RUN = ["--n0", "10", "--n", "100", "--batch", "50", "--max", "4", "--no-progress",
        "--device", "cpu"]

@@ -6,18 +6,16 @@ refuses methods and options that cannot work."""
 from __future__ import annotations
 
 import math
-import sys
-import types
 
 import pytest
 import torch
 from torch import nn
 
 from smoothcert import Gaussian, SmoothcertError
-from smoothcert.attacks import draw_noises
 from smoothcert.methods import METHODS, build_method
 from smoothcert.methods.base import noise_for_copies
 from smoothcert.models.checkpoint import load_checkpoint
+from smoothcert.smoothing.attacks import draw_noises
 from smoothcert.training import TrainConfig, Trainer, train
 from smoothcert.training import loop as train_module
 from smoothcert.training.config import LEGACY_SIGMA_PARAMS
@@ -120,13 +118,10 @@ DD = dict(dataset="digits", arch="digits_cnn", sigma=0.25, batch_size=128, lr=0.
 
 
 def use_optimize_sigma(monkeypatch, fn) -> None:
-    """Make ``smoothcert.sigma_optimization.optimize_sigma`` be ``fn`` for this test."""
-    try:
-        import smoothcert.sigma_optimization as module
-    except ImportError:  # not written yet: a module holding only the stand-in
-        module = types.ModuleType("smoothcert.sigma_optimization")
-        monkeypatch.setitem(sys.modules, "smoothcert.sigma_optimization", module)
-    monkeypatch.setattr(module, "optimize_sigma", fn, raising=False)
+    """Make ``smoothcert.smoothing.sigma_optimization.optimize_sigma`` be ``fn`` for this test."""
+    import smoothcert.smoothing.sigma_optimization as module
+
+    monkeypatch.setattr(module, "optimize_sigma", fn)
 
 
 def test_trainer_keeps_one_sigma_per_example_and_trains_each_batch_at_its_own(monkeypatch):
@@ -300,7 +295,7 @@ def test_config_round_trips_the_data_dependent_options():
 
 
 def test_data_dependent_training_from_the_cli(tmp_path):
-    from smoothcert.cli import main
+    from smoothcert.cli.app import main
     from smoothcert.models.checkpoint import load_checkpoint
 
     out = tmp_path / "dd"
@@ -379,7 +374,7 @@ def test_every_sigma_mode_builds_with_its_defaults_and_names_them(name):
 
 def test_data_dependent_training_with_uniform_noise(monkeypatch):
     """The σ mode optimises σ for the run's noise and trains each example with that noise."""
-    from smoothcert.noise import Uniform
+    from smoothcert.noise.uniform import Uniform
 
     asked, trained = [], []
 
@@ -400,7 +395,7 @@ def test_data_dependent_training_with_uniform_noise(monkeypatch):
 def test_sigma_params_from_flags_and_a_recipe(tmp_path):
     """--sigma-param and the old --dd-* flags set one parameter each over a recipe, whichever
     spelling the recipe used."""
-    from smoothcert.cli import _train_fields, build_parser
+    from smoothcert.cli.app import _train_fields, build_parser
 
     def params(recipe, *flags):
         args = build_parser().parse_args(["train", "--out", str(tmp_path), *flags])
@@ -418,7 +413,7 @@ def test_sigma_params_from_flags_and_a_recipe(tmp_path):
 
 
 def test_opt_values_in_exponent_notation_are_numbers():
-    from smoothcert.cli import _parse_params
+    from smoothcert.cli.app import _parse_params
 
     assert _parse_params(["a=1e-4", "b=2", "c=true", "d=pgd"]) == {
         "a": 1e-4, "b": 2, "c": True, "d": "pgd"}

@@ -12,7 +12,7 @@ from scipy.stats import binom, norm
 from conftest import Halfspace, write_checkpoint
 from smoothcert import Gaussian, SmoothcertError, Smoothed, clopper_pearson_lower
 from smoothcert.certifiers.deterministic import certify_deterministic
-from smoothcert.cli import main
+from smoothcert.cli.app import main
 from smoothcert.runs.records import read_records
 
 

@@ -22,12 +22,12 @@ import torch.distributed as dist
 
 from conftest import write_checkpoint
 from smoothcert import SmoothcertError
-from smoothcert.cli import main
-from smoothcert.distributed import World, join
+from smoothcert.cli.app import main
 from smoothcert.models.checkpoint import load_checkpoint, model_from_checkpoint
 from smoothcert.runs.records import read_records
 from smoothcert.training import TrainConfig, Trainer, train
 from smoothcert.training import loop as train_module
+from smoothcert.training.distributed import World, join
 
 TINY_SIGMA = 1e-8
 """Noise far below float32's resolution of pixels in [0, 1] (spacing 6e-8 near 1): the ranks draw

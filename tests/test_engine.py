@@ -10,8 +10,8 @@ from smoothcert import Gaussian
 from smoothcert.errors import SmoothcertError
 from smoothcert.runs import RunConfig, run_dataset
 from smoothcert.runs.records import read_manifest, read_records
-from smoothcert.sampling import BatchedVotes, Draws
-from smoothcert.smoothing import Smoothed
+from smoothcert.smoothing.engine import BatchedVotes, Draws
+from smoothcert.smoothing.smoothed import Smoothed
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -131,7 +131,7 @@ def test_runner_rows_equal_per_example_certify_and_times_add_up(tmp_path):
                     sigma=0.25, n=300, alpha=0.001, batch=128, seed=5, skip=20, n0=40)
     path = run_dataset(cfg, ckpt, tmp_path / "c.tsv", progress=False)
     rows = read_records(path)
-    from smoothcert.data import load_dataset
+    from smoothcert.data.datasets import load_dataset
     from smoothcert.models import model_from_checkpoint
     from smoothcert.rng import example_generator
 

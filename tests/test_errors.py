@@ -74,8 +74,8 @@ def test_the_messages_name_the_value_and_what_is_wanted(check, value, message):
 
 
 def test_a_bool_is_refused_where_methods_and_attacks_take_numbers():
-    from smoothcert.attacks import DDN, PGDL2
     from smoothcert.methods import build_method
+    from smoothcert.smoothing.attacks import DDN, PGDL2
 
     for make in (lambda: PGDL2(rel_stepsize=True), lambda: DDN(gamma=True),
                  lambda: DDN(init_norm=True), lambda: build_method("heat", noise_fraction=True),

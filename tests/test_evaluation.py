@@ -14,15 +14,14 @@ from torch import nn
 
 from conftest import COHEN_ROWS, GRID
 from smoothcert import Gaussian
-from smoothcert.analysis import (
+from smoothcert.cli.app import main
+from smoothcert.evaluation.analysis import (
     easy_hard,
     easy_hard_table,
     gradient_norms,
     label_frequency,
 )
-from smoothcert.cli import main
-from smoothcert.methods import build_method
-from smoothcert.metrics import (
+from smoothcert.evaluation.metrics import (
     certified_accuracy,
     certified_accuracy_envelope,
     ecdf,
@@ -30,9 +29,10 @@ from smoothcert.metrics import (
     pa_ecdf,
     pa_hat,
 )
+from smoothcert.evaluation.report import get_format, report
+from smoothcert.methods import build_method
 from smoothcert.models import build_model
 from smoothcert.models.checkpoint import save_checkpoint, versions
-from smoothcert.report import get_format, report
 from smoothcert.runs.records import read_records
 
 pytestmark = pytest.mark.usefixtures("one_thread")

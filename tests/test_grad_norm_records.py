@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from conftest import COHEN_ROWS
-from smoothcert import analysis
-from smoothcert.analysis import GRAD_NORM_COLUMNS, read_grad_norms
-from smoothcert.cli import main
+from smoothcert.cli.app import main
+from smoothcert.evaluation import analysis
+from smoothcert.evaluation.analysis import GRAD_NORM_COLUMNS, read_grad_norms
+from smoothcert.evaluation.metrics import average_certified_radius
 from smoothcert.io import read_tsv
-from smoothcert.metrics import average_certified_radius
 from smoothcert.runs.records import manifest_path, read_records
 from test_evaluation import COHEN_HEADER, write_digits_checkpoint
 

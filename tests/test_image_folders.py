@@ -9,10 +9,10 @@ import torch
 import torchvision.transforms as T
 from PIL import Image
 
-from smoothcert.cli import main
-from smoothcert.data import load_dataset
+from smoothcert.cli.app import main
+from smoothcert.data.datasets import load_dataset
+from smoothcert.data.image_folders import _crop_box, eval_resize
 from smoothcert.errors import SmoothcertError
-from smoothcert.image_folders import _crop_box, eval_resize
 from smoothcert.runs.records import read_records
 
 CLASSES = ("ant", "bee", "cat")
@@ -60,7 +60,7 @@ def test_eval_transform_is_torchvisions_resize_center_crop(folder):
 def test_train_transform_is_torchvisions_draw_for_draw():
     """RandomResizedCrop(S) + RandomHorizontalFlip() with torch.manual_seed(s) equals ours with
     a generator seeded s: the same crops and flips, from an explicit generator."""
-    from smoothcert.image_folders import _train_transform
+    from smoothcert.data.image_folders import _train_transform
 
     image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (61, 83, 3), np.uint8))
     reference = T.Compose([T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.ToTensor()])

@@ -10,8 +10,8 @@ import torchvision
 from PIL import Image
 from torch import nn
 
-from smoothcert.cli import main
-from smoothcert.data import load_dataset
+from smoothcert.cli.app import main
+from smoothcert.data.datasets import load_dataset
 from smoothcert.runs.records import read_records
 
 

@@ -16,7 +16,7 @@ import torch
 import torchvision
 from torch import nn
 
-from smoothcert.cli import main
+from smoothcert.cli.app import main
 from smoothcert.errors import SmoothcertError
 from smoothcert.methods import METHODS
 from smoothcert.models import MODELS, model_from_checkpoint

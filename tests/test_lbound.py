@@ -16,7 +16,7 @@ from scipy.stats import norm
 
 from smoothcert import Gaussian, SmoothcertError, Smoothed
 from smoothcert.certifiers.lbound import certify_lbound, lbound_heuristic
-from smoothcert.sampling import BatchedVotes
+from smoothcert.smoothing.engine import BatchedVotes
 from smoothcert.stats.margins import lbound_radius, lipschitz_constant, margin, margin_lower_bound
 
 CENTER = (0.0, 0.0)  # (c₀, c₁)

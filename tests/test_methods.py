@@ -10,14 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from smoothcert import Gaussian, SmoothcertError
-from smoothcert.data import load_dataset
-from smoothcert.methods import (
-    METHODS,
-    EpochContext,
-    TrainingMethod,
-    build_method,
-    register_method,
-)
+from smoothcert.data.datasets import load_dataset
+from smoothcert.methods import METHODS, EpochContext, TrainingMethod, build_method, register_method
 
 B, C, H, W, K = 6, 1, 8, 8, 10
 

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import COHEN_ROWS, GRID
 from smoothcert.errors import SmoothcertError
-from smoothcert.metrics import (
+from smoothcert.evaluation.metrics import (
     abstention_rate,
     average_certified_radius,
     certified_accuracy,

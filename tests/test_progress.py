@@ -3,9 +3,9 @@ auto|always|never``, ``--no-progress`` = never), and a next step after Ctrl-C th
 
 import pytest
 
+import smoothcert.cli.app as cli
 from conftest import write_checkpoint
-from smoothcert import cli
-from smoothcert.cli import main
+from smoothcert.cli.app import main
 
 CERTIFY = ["--n0", "8", "--n", "32", "--batch", "32", "--max", "3", "--device", "cpu"]
 TRAIN = ["--dataset", "digits", "--arch", "digits_cnn", "--method", "gaussian", "--sigma", "0.25",
@@ -113,7 +113,7 @@ def test_demo_into_a_log_has_no_carriage_returns(tmp_path, capsys, monkeypatch):
     one per step, and no bar."""
     import dataclasses
 
-    from smoothcert import demo
+    from smoothcert.cli import demo
 
     monkeypatch.setattr(demo, "TRAIN", dataclasses.replace(demo.TRAIN, epochs=1, train_size=200))
     monkeypatch.setattr(demo, "N", 100)

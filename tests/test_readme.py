@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from smoothcert.cli import build_parser, main
+from smoothcert.cli.app import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

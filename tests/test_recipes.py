@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from smoothcert.errors import SmoothcertError
-from smoothcert.recipes import load_recipe
 from smoothcert.training import TrainConfig
+from smoothcert.training.recipes import load_recipe
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RECIPES = sorted(p for p in CONFIGS.rglob("*.yaml") if not p.name.startswith("_"))

@@ -13,7 +13,7 @@ import pytest
 
 from smoothcert import SmoothcertError
 from smoothcert.certifiers import CERTIFIERS
-from smoothcert.cli import main
+from smoothcert.cli.app import main
 from smoothcert.runs.records import (
     global_indices,
     manifest_path,

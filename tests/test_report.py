@@ -12,8 +12,8 @@ import pytest
 
 from conftest import COHEN_ROWS, GRID
 from smoothcert.errors import SmoothcertError
-from smoothcert.plots import LEGEND_INSIDE_MAX, line_styles, plot_certified_accuracy
-from smoothcert.report import FORMATS, get_format, radius_label, report
+from smoothcert.evaluation.plots import LEGEND_INSIDE_MAX, line_styles, plot_certified_accuracy
+from smoothcert.evaluation.report import FORMATS, get_format, radius_label, report
 from smoothcert.runs.records import read_records
 
 COHEN_HEADER = ("idx", "label", "predict", "radius", "correct", "time")
@@ -190,11 +190,12 @@ def test_plot_errors(tmp_path, files):
 
 def test_no_matplotlib_at_import_and_no_global_state(tmp_path, files):
     code = (
-        "import sys, smoothcert.report, smoothcert.plots, smoothcert.metrics\n"
+        "import sys, smoothcert.evaluation.report, smoothcert.evaluation.plots,"
+        " smoothcert.evaluation.metrics\n"
         "assert 'matplotlib' not in sys.modules, 'matplotlib imported at package import'\n"
         "import matplotlib\n"
         "matplotlib.use('svg')\n"
-        "from smoothcert.plots import plot_certified_accuracy\n"
+        "from smoothcert.evaluation.plots import plot_certified_accuracy\n"
         "from smoothcert.runs.records import read_records\n"
         f"plot_certified_accuracy([read_records({str(files[0])!r})], {str(tmp_path / 'a.png')!r})\n"
         "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"
@@ -233,7 +234,7 @@ kept
 
 
 def test_splice_replaces_only_its_block(tmp_path, files):
-    from smoothcert.report import splice_block
+    from smoothcert.evaluation.report import splice_block
 
     doc = tmp_path / "RESULTS.md"
     doc.write_text(DOC, encoding="utf-8")
@@ -253,7 +254,7 @@ def test_splice_replaces_only_its_block(tmp_path, files):
     (DOC, "bad name"),                                       # not a block name
 ])
 def test_splice_refuses_an_ambiguous_document(tmp_path, doc_text, name):
-    from smoothcert.report import splice_block
+    from smoothcert.evaluation.report import splice_block
 
     doc = tmp_path / "RESULTS.md"
     doc.write_text(doc_text, encoding="utf-8")
@@ -263,7 +264,7 @@ def test_splice_refuses_an_ambiguous_document(tmp_path, doc_text, name):
 
 
 def test_cli_into_writes_the_block_and_validates_first(tmp_path, files, capsys):
-    from smoothcert.cli import main
+    from smoothcert.cli.app import main
 
     doc = tmp_path / "RESULTS.md"
     doc.write_text(DOC, encoding="utf-8")
@@ -294,7 +295,7 @@ def _cert_file(path, rows):
 
 
 def test_agreement_counts_each_example(tmp_path):
-    from smoothcert.metrics import certified_agreement
+    from smoothcert.evaluation.metrics import certified_agreement
 
     a = read_records(_cert_file(tmp_path / "a.tsv", A_ROWS))
     b = read_records(_cert_file(tmp_path / "b.tsv", B_ROWS))
@@ -312,7 +313,7 @@ def test_agreement_counts_each_example(tmp_path):
 
 
 def test_agreement_report_pairs_the_files(tmp_path):
-    from smoothcert.report import agreement_report
+    from smoothcert.evaluation.report import agreement_report
 
     a = _cert_file(tmp_path / "a.tsv", A_ROWS)
     b = _cert_file(tmp_path / "b.tsv", B_ROWS)
@@ -325,7 +326,7 @@ def test_agreement_report_pairs_the_files(tmp_path):
 
 
 def test_agreement_refuses_files_it_cannot_compare(tmp_path, files):
-    from smoothcert.report import agreement_report
+    from smoothcert.evaluation.report import agreement_report
 
     a = _cert_file(tmp_path / "a.tsv", A_ROWS)
     other = _cert_file(tmp_path / "other.tsv", A_ROWS[:3])
@@ -336,7 +337,7 @@ def test_agreement_refuses_files_it_cannot_compare(tmp_path, files):
 
 
 def test_cli_agreement(tmp_path, capsys):
-    from smoothcert.cli import main
+    from smoothcert.cli.app import main
 
     a = str(_cert_file(tmp_path / "a.tsv", A_ROWS))
     b = str(_cert_file(tmp_path / "b.tsv", B_ROWS))
@@ -361,7 +362,7 @@ def test_plot_is_ready_for_a_paper(tmp_path):
     the tables, and a dotted line at the largest radius n draws can certify: σΦ⁻¹(α^(1/n))."""
     from scipy.stats import norm
 
-    from smoothcert.plots import certified_accuracy_figure
+    from smoothcert.evaluation.plots import certified_accuracy_figure
 
     other = [(*row[:-2], 0.25, 0) for row in OURS_ROWS]  # σ = 0.25 instead of 0.5
     records = [read_records(write_tsv(tmp_path / f"{name}.tsv", OURS_HEADER, rows))
@@ -382,7 +383,7 @@ def test_plot_is_ready_for_a_paper(tmp_path):
 
 
 def test_plot_of_files_without_parameters_keeps_their_names(files):
-    from smoothcert.plots import certified_accuracy_figure
+    from smoothcert.evaluation.plots import certified_accuracy_figure
 
     ax, texts, vertical = _legend_and_lines(certified_accuracy_figure([read_records(files[0])]))
     assert texts == ["cohen_noise_0.25"] and ax.get_title() == "" and not vertical
@@ -392,7 +393,7 @@ def test_plot_of_files_without_parameters_keeps_their_names(files):
 def test_plot_marks_the_limit_of_cli_certify_files_only(tmp_path):
     """A smoothcert CERTIFY file (manifest task certify) gets the line; a sequential one does
     not (its grid, not n, limits it), but its n_max comes from the manifest."""
-    from smoothcert.plots import certified_accuracy_figure, n_limited_radius
+    from smoothcert.evaluation.plots import certified_accuracy_figure, n_limited_radius
 
     path = write_tsv(tmp_path / "c.tsv", OURS_HEADER, OURS_ROWS)
     manifest = {"identity": {"task": "certify", "sigma": 0.5, "n": 100000, "alpha": 0.001}}
@@ -409,8 +410,8 @@ def test_every_report_column_is_defined_in_help_and_readme(capsys):
     every table report prints, "clean acc" as the certified accuracy at r = 0 included."""
     from pathlib import Path
 
-    from smoothcert.cli import main
-    from smoothcert.report import (
+    from smoothcert.cli.app import main
+    from smoothcert.evaluation.report import (
         ENVELOPE,
         SIGMA_COLUMNS,
         attack_table,

@@ -5,7 +5,7 @@ import pytest
 from smoothcert.certifiers import CERTIFIERS, Certifier, certificate_row, register_certifier
 from smoothcert.errors import SmoothcertError
 from smoothcert.runs import RunConfig
-from smoothcert.smoothing import Certificate
+from smoothcert.smoothing.smoothed import Certificate
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_certificate_row_marks_abstention_as_cohen_does():
 
 def test_bad_option_value_is_refused_before_any_file_is_written(tmp_path, capsys):
     from conftest import write_checkpoint
-    from smoothcert.cli import main
+    from smoothcert.cli.app import main
 
     checkpoint = write_checkpoint(tmp_path / "c.pt")
     out = tmp_path / "r.tsv"

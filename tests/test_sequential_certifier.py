@@ -8,10 +8,10 @@ from scipy.stats import norm
 from conftest import Halfspace, write_checkpoint
 from smoothcert import Gaussian
 from smoothcert.certifiers.sequential import certify_sequential, default_radii, parse_radii
-from smoothcert.cli import main
+from smoothcert.cli.app import main
 from smoothcert.errors import SmoothcertError
 from smoothcert.runs.records import read_manifest, read_records
-from smoothcert.smoothing import Smoothed
+from smoothcert.smoothing.smoothed import Smoothed
 from smoothcert.stats.sequential_tests import SEQUENTIAL_TESTS
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from smoothcert import Gaussian, SmoothcertError
-from smoothcert.attacks import ATTACKS, draw_noises
 from smoothcert.methods import build_method
+from smoothcert.smoothing.attacks import ATTACKS, draw_noises
 
 B, SHAPE, K = 6, (1, 4, 4), 4
 D = 16

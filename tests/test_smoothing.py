@@ -7,7 +7,7 @@ from scipy.stats import binom, norm
 
 from conftest import Halfspace
 from smoothcert import Gaussian, SmoothcertError, Smoothed, clopper_pearson_lower
-from smoothcert.sampling import BatchedVotes
+from smoothcert.smoothing.engine import BatchedVotes
 
 
 def point(d):

@@ -13,11 +13,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from smoothcert import Gaussian, SmoothcertError
-from smoothcert.attacks import draw_noises, soft_smoothed_log_prob
-from smoothcert.cli import main
+from smoothcert.cli.app import main
 from smoothcert.methods import EpochContext, build_method
 from smoothcert.methods.smoothmix import smoothmix_attack, smoothmix_mixup_loss
 from smoothcert.models.checkpoint import load_checkpoint
+from smoothcert.smoothing.attacks import draw_noises, soft_smoothed_log_prob
 from smoothcert.training import loop as train_module
 
 ROOT = Path(__file__).resolve().parents[1]

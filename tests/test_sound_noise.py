@@ -13,11 +13,12 @@ import torch
 from scipy.stats import beta, chi2, norm
 from torch import nn
 
-from smoothcert import sound_noise
 from smoothcert.errors import SmoothcertError
-from smoothcert.noise import NOISES, Gaussian
-from smoothcert.smoothing import Smoothed
-from smoothcert.sound_noise import DiscreteGaussian, _Table, clip_units, pmf, threshold
+from smoothcert.noise import discrete_gaussian as sound_noise
+from smoothcert.noise.base import NOISES
+from smoothcert.noise.discrete_gaussian import DiscreteGaussian, _Table, clip_units, pmf, threshold
+from smoothcert.noise.gaussian import Gaussian
+from smoothcert.smoothing.smoothed import Smoothed
 
 
 def offsets(sigma, shape, seed):

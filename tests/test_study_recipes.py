@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from smoothcert.recipes import load_recipe
 from smoothcert.training import TrainConfig
+from smoothcert.training.recipes import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "configs" / "fashion-mnist" / "study"

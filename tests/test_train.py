@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from smoothcert import SmoothcertError
-from smoothcert.cli import main
+from smoothcert.cli.app import main
 from smoothcert.methods import METHODS
 from smoothcert.models import build_model
 from smoothcert.models.checkpoint import checkpoint_meta, load_checkpoint, save_checkpoint
@@ -308,7 +308,7 @@ def test_uniform_noise_from_the_cli_trains_and_the_checkpoint_says_uniform(tmp_p
 
 @pytest.mark.parametrize("name", ["gaussian", "uniform", "discrete-gaussian"])
 def test_the_trainer_draws_every_noise_from_the_noise_registry(name, monkeypatch):
-    from smoothcert.noise import NOISES
+    from smoothcert.noise.base import NOISES
 
     trainer = Trainer(TrainConfig.from_dict({**CONFIG.to_dict(), "noise": name}))
     seen = []

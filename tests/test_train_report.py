@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from smoothcert.cli import main
+from smoothcert.cli.app import main
 from smoothcert.errors import SmoothcertError
+from smoothcert.evaluation.report import read_run, train_report
 from smoothcert.models import build_model
 from smoothcert.models.checkpoint import checkpoint_meta, save_checkpoint
-from smoothcert.report import read_run, train_report
 from smoothcert.runs.records import open_records
 
 

@@ -9,7 +9,8 @@ from scipy.stats import binom
 
 from conftest import Halfspace
 from smoothcert import SmoothcertError, Smoothed, clopper_pearson_lower
-from smoothcert.noise import NOISES, Uniform
+from smoothcert.noise.base import NOISES
+from smoothcert.noise.uniform import Uniform
 
 SQRT3 = math.sqrt(3.0)
 

@@ -1,9 +1,10 @@
 """smoothcert: randomized smoothing — train, certify and evaluate certifiably robust classifiers."""
 
 from .errors import SmoothcertError
-from .noise import Gaussian, Uniform
+from .noise.gaussian import Gaussian
+from .noise.uniform import Uniform
 from .runs import certify_dataset
-from .smoothing import Certificate, Prediction, Smoothed
+from .smoothing.smoothed import Certificate, Prediction, Smoothed
 from .stats import binomial_pvalue, clopper_pearson_lower
 from .version import __version__
 

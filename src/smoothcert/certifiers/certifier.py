@@ -24,7 +24,7 @@ import torch
 
 from ..errors import SmoothcertError
 from ..registry import Registry, keyword_defaults
-from ..smoothing import Certificate
+from ..smoothing.smoothed import Certificate
 
 CERTIFIERS: Registry = Registry("certifier")
 

@@ -2,7 +2,7 @@
 memory of its Algorithm 3.
 
 ``data-dependent``: per input, σ_x = OptimizeSigma(x) started at the run's σ (the training σ;
-Algorithm 1, :mod:`smoothcert.sigma_optimization`), then CERTIFY with N(0, σ_x²I); with
+Algorithm 1, :mod:`smoothcert.smoothing.sigma_optimization`), then CERTIFY with N(0, σ_x²I); with
 ``memory`` (default) the certificate is passed through the memory of Algorithm 3
 (:class:`Memory`), which makes it a sound certificate of the data-dependent classifier. With
 ``--noise uniform`` (formerly the certifier ``data-dependent-uniform``) the same with uniform
@@ -39,9 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import sigma_optimization as dd
 from ..errors import SmoothcertError, check_bool, check_count, unknown_name
-from ..noise import NOISES
+from ..noise.base import NOISES
+from ..smoothing import sigma_optimization as dd
 from .certifier import CERTIFY_COLUMNS, Certifier, certificate_row, register_certifier
 
 
@@ -219,7 +219,8 @@ class DataDependent(Certifier):
     each, ψ clamped to ``clamp``, from the run's σ), CERTIFY at σ_x with the run's noise, then,
     with ``memory``, the memory classifier of Algorithm 3.
 
-    ``preset`` names a :data:`~smoothcert.sigma_optimization.BUDGETS` entry: ``paper`` (K = 100,
+    ``preset`` names a :data:`~smoothcert.smoothing.sigma_optimization.BUDGETS` entry: ``paper`` (K
+    = 100,
     α_σ = 1e-4, 1 draw, ψ in [0.02, 0.98]: the code behind the paper's numbers) or ``package``
     (K = 900, α_σ = 0.04, 100 draws, ψ in [0.001, 0.999]: the defaults of the authors' later
     ``ddsmoothing`` package, ``ddsmoothing/scripts/run_optimization_dataset.py`` lines 46-61 and

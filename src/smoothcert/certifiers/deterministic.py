@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import SmoothcertError, check_count, check_probability
-from ..smoothing import Certificate, Smoothed
+from ..smoothing.smoothed import Certificate, Smoothed
 from ..stats import clopper_pearson_lower
 from ..tensors import eval_mode
 from .certifier import CERTIFY_COLUMNS, Certifier, certificate_row, register_certifier

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import SmoothcertError, check_count, check_probability
-from ..noise import Gaussian
-from ..smoothing import Smoothed
+from ..noise.gaussian import Gaussian
+from ..smoothing.smoothed import Smoothed
 from ..stats.margins import BOUNDS, lbound_radius, margin, margin_lower_bound
 from .certifier import Certifier, register_certifier
 from .deterministic import clean_scores

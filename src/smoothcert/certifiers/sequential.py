@@ -30,8 +30,8 @@ from scipy.stats import norm
 
 from .. import radii
 from ..errors import check_count, check_probability
-from ..sampling import Draws
-from ..smoothing import Smoothed
+from ..smoothing.engine import Draws
+from ..smoothing.smoothed import Smoothed
 from ..stats.sequential_tests import SEQUENTIAL_TESTS, SequentialTest, certify_levels, grid
 from .certifier import CERTIFY_COLUMNS, Certifier, register_certifier
 

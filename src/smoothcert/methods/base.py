@@ -62,7 +62,7 @@ class EpochContext:
     noise: Any  # the noise strategy (smoothcert.Gaussian)
     generator: torch.Generator | None = None
     device: torch.device | None = None
-    config: Any = None  # smoothcert.train.TrainConfig
+    config: Any = None  # smoothcert.training.TrainConfig
 
 
 class TrainingMethod(abc.ABC):

@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attacks import draw_noises, noisy_logits
 from ..errors import (
     SmoothcertError,
     check_bool,
@@ -16,6 +15,7 @@ from ..errors import (
     check_nonnegative,
     check_positive_finite,
 )
+from ..smoothing.attacks import draw_noises, noisy_logits
 from ..tensors import copies, eval_mode
 from .base import TrainingMethod, register_method
 from .consistency import entropy

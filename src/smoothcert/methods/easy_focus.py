@@ -8,13 +8,7 @@ import torch.nn.functional as F
 from scipy.stats import norm
 from torch import nn
 
-from ..errors import (
-    SmoothcertError,
-    check_bool,
-    check_count,
-    check_in_range,
-    check_positive_finite,
-)
+from ..errors import SmoothcertError, check_bool, check_count, check_in_range, check_positive_finite
 from ..stats import clopper_pearson_lower
 from ..tensors import copies, eval_mode
 from .base import TrainingMethod, register_method

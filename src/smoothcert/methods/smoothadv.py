@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..attacks import ATTACKS, draw_noises
 from ..errors import SmoothcertError, check_bool, check_count, check_nonnegative, unknown_name
+from ..smoothing.attacks import ATTACKS, draw_noises
 from ..tensors import copies
 from .base import TrainingMethod, register_method
 
@@ -19,8 +19,8 @@ class SmoothAdv(TrainingMethod):
 
         x' = argmax_{‖x' − x‖₂ ≤ ε_t, x' ∈ [0,1]^d}  −log((1/m) Σ_j softmax(f(x' + δ_j))_y)
 
-    by ``attack`` (``"pgd"``: :class:`smoothcert.attacks.PGDL2`, ``"ddn"``:
-    :class:`smoothcert.attacks.DDN`, T = ``num_steps``, model in eval mode), then minimise
+    by ``attack`` (``"pgd"``: :class:`smoothcert.smoothing.attacks.PGDL2`, ``"ddn"``:
+    :class:`smoothcert.smoothing.attacks.DDN`, T = ``num_steps``, model in eval mode), then minimise
 
         L = (1/m) Σ_j CE(f(x' + δ_j), y)   (``multi_noise``)   or   CE(f(x' + δ_1), y)
 
@@ -67,7 +67,8 @@ class SmoothAdv(TrainingMethod):
     ``"adv_distance"`` (batch mean of ‖x' − x‖₂) and, when λ > 0, ``"consistency"``.
 
     A per-sample σ (a (B,) tensor, data-dependent training) needs nothing more: each of the m
-    draws is one ``noise.sample(x)`` of the batch (:func:`~smoothcert.attacks.draw_noises`), so
+    draws is one ``noise.sample(x)`` of the batch
+    (:func:`~smoothcert.smoothing.attacks.draw_noises`), so
     δ_j of input i has standard deviation σ_i in the attack and in the loss alike.
     """
 

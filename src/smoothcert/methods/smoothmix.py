@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attacks import draw_noises, noisy_logits, soft_smoothed_log_prob
 from ..errors import SmoothcertError, check_count, check_nonnegative
+from ..smoothing.attacks import draw_noises, noisy_logits, soft_smoothed_log_prob
 from ..tensors import copies, eval_mode
 from .base import TrainingMethod, register_method
 

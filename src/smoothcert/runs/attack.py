@@ -3,13 +3,15 @@
 What the papers do (and what we do):
 
 - **The attack** is PGD-L2 or DDN on the *soft* smoothed classifier, i.e. gradient ascent on
-  −log((1/m) Σ_j softmax f(x' + δ_j)_y) (:mod:`smoothcert.attacks`; Salman et al. 2019, the
+  −log((1/m) Σ_j softmax f(x' + δ_j)_y) (:mod:`smoothcert.smoothing.attacks`; Salman et al. 2019,
+  the
   step of eq. (9) in Campbell, Finlay & Oberman, "Adversarial Boot Camp"). Both papers' evaluation
   scripts draw the m noises **once per image and keep them fixed for every step** (Salman et al.'s
   ``code/predict.py``: ``noise = randn_like(x) * sigma`` before ``attacker.attack``; Campbell et
   al.'s ``attack/run-attack.py``, ``--criterion cohen``: the same). We do the same by default;
   ``fresh_noise=True`` redraws the m noises at every step instead
-  (:class:`~smoothcert.attacks.FreshNoiseObjective`, an expectation-over-transformation attack).
+  (:class:`~smoothcert.smoothing.attacks.FreshNoiseObjective`, an expectation-over-transformation
+  attack).
 - **The verdict** is the smoothed classifier's PREDICT (Cohen et al., Alg. 1: n draws and the
   binomial test at level α) at the attack's output, as in Salman et al.'s ``predict.py``. The
   attack *succeeds* when PREDICT does not return the label: a wrong class **or an abstention**
@@ -39,10 +41,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attacks import ATTACKS, FreshNoiseObjective, SoftSmoothedObjective, draw_noises
 from ..certifiers.certifier import Certifier
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
-from ..smoothing import Prediction, Smoothed
+from ..smoothing.attacks import ATTACKS, FreshNoiseObjective, SoftSmoothedObjective, draw_noises
+from ..smoothing.smoothed import Prediction, Smoothed
 from ..tensors import model_device
 from .runner import EVALUATIONS
 
@@ -57,7 +59,7 @@ class AttackSettings:
     the budgets are the grid of :meth:`budgets` and ``epsilon`` is unused.
     """
 
-    attack: str = "pgd"  # "pgd" | "ddn" (smoothcert.attacks.ATTACKS)
+    attack: str = "pgd"  # "pgd" | "ddn" (smoothcert.smoothing.attacks.ATTACKS)
     epsilon: float = 0.5  # the one budget of a fixed-ε attack
     min_distance: bool = False  # raise ε over the grid until PREDICT flips
     max_epsilon: float = 4.0  # the cap of the grid (Campbell et al.)

@@ -26,11 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SmoothcertError
-from ..io import (  # noqa: F401  (format_value and the atomic writes: re-exported)
+from ..io import (
     append_rows,
     format_row,
-    format_value,
-    read_tsv,
     trim_tsv,
     write_json_atomic,
     write_text_atomic,

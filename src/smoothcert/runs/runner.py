@@ -42,28 +42,17 @@ from tqdm.auto import tqdm
 
 from ..certifiers import CERTIFIERS, LEGACY_NAMES, Certifier, RunContext, build_certifier
 from ..certifiers.certifier import typed
-from ..data import data_files, load_dataset
-from ..errors import (
-    SmoothcertError,
-    check_count,
-    check_positive_finite,
-    check_probability,
-)
+from ..data.datasets import data_files, load_dataset
+from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
 from ..io import write_json_atomic
 from ..models.checkpoint import versions
-from ..noise import NOISES
+from ..noise.base import NOISES
 from ..registry import Registry
 from ..rng import example_generator
-from ..sampling import CHUNK, BatchedVotes
-from ..smoothing import Smoothed
+from ..smoothing.engine import CHUNK, BatchedVotes
+from ..smoothing.smoothed import Smoothed
 from ..tensors import eval_mode
-from .inputs import (
-    Examples,
-    ModelSource,
-    as_examples,
-    file_sha256,  # noqa: F401  (re-exported for the CLI and the demo)
-    load_source,
-)
+from .inputs import Examples, ModelSource, as_examples, load_source
 from .records import (
     Records,
     global_indices,

@@ -27,7 +27,7 @@ from typing import Any
 
 from torch.optim.lr_scheduler import LRScheduler, MultiStepLR, StepLR
 
-from ..data import DATASETS
+from ..data.datasets import DATASETS
 from ..errors import (
     MAX_BATCH,
     SmoothcertError,
@@ -40,7 +40,7 @@ from ..errors import (
 from ..methods import METHODS, build_method
 from ..models import MODELS
 from ..models.archs import EXTERNAL_ZOOS
-from ..noise import NOISES
+from ..noise.base import NOISES
 from ..registry import Registry
 from .sigma_modes import SIGMA_MODES, SigmaMode, build_sigma_mode
 
@@ -89,7 +89,8 @@ class TrainConfig:
     config's where it is that mode's, else the mode's defaults.
 
     ``train_size`` (default: the whole split) trains on a fixed class-balanced subset of the
-    training split (:func:`smoothcert.data.balanced_subset`), the same for every run and seed, so
+    training split (:func:`smoothcert.data.datasets.balanced_subset`), the same for every run and
+    seed, so
     that studies on a small machine can keep a schedule's epochs and shrink its cost.
     """
 

@@ -23,7 +23,8 @@ of the same architecture and dataset, for methods that fine-tune a pretrained cl
 With ``sigma_mode="data_dependent"`` (Alfarra et al., "Data Dependent Randomized Smoothing",
 UAI 2022, Algorithm 2) every training example keeps its own σ across epochs; before each step
 the σ of the batch's examples take ``num_steps`` steps of OptimizeSigma
-(:func:`smoothcert.sigma_optimization.optimize_sigma`; ``sigma_mode_params``) and the method trains
+(:func:`smoothcert.smoothing.sigma_optimization.optimize_sigma`; ``sigma_mode_params``) and the
+method trains
 each example at its σ (see :class:`smoothcert.training.sigma_modes.PerExampleSigma`). The noise
 is ``NOISES[config.noise]`` (Gaussian by default). The σ of all examples are saved with
 every checkpoint (``train_state["per_example_sigma"]``, indexed like the training split) and
@@ -54,18 +55,18 @@ try:
 except ImportError:  # Windows
     resource = None
 
-from ..data import ImageDataset, augment, balanced_subset, load_dataset
-from ..distributed import World, join, merge_rows
+from ..data.datasets import ImageDataset, augment, balanced_subset, load_dataset
 from ..errors import SmoothcertError, check_count
 from ..io import append_rows, read_tsv, trim_tsv, write_text_atomic
 from ..methods import EpochContext, build_method
 from ..models import build_model
 from ..models.checkpoint import checkpoint_meta, load_checkpoint, save_checkpoint
-from ..noise import NOISES
+from ..noise.base import NOISES
 from ..rng import derived_seed
 from ..runs.inputs import default_workers
 from ..tensors import eval_mode
 from .config import SCHEDULES, TrainConfig  # noqa: F401  (re-exported: the public names)
+from .distributed import World, join, merge_rows
 from .sigma_modes import build_sigma_mode
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,8 @@ class Trainer:
     ``load_init`` is false: a resumed run gets its weights from its own checkpoint).
 
     ``world`` (default: one process) is this process's place in data-parallel training
-    (:mod:`smoothcert.distributed`); with K > 1 processes ``config.batch_size`` is the global
+    (:mod:`smoothcert.training.distributed`); with K > 1 processes ``config.batch_size`` is the
+    global
     batch, of which this rank trains its 1/K part, and ``train_model`` is ``model`` wrapped in
     ``DistributedDataParallel``. See :func:`train` for what differs from one process.
     """
@@ -207,7 +209,7 @@ class Trainer:
     def _epoch_data(self):
         """The training examples as this epoch reads them: an image folder decodes each image
         with the training transform of (seed, epoch, idx); data in memory are augmented on
-        the device after batching (:func:`smoothcert.data.augment`)."""
+        the device after batching (:func:`smoothcert.data.datasets.augment`)."""
         if hasattr(self.train_data, "augmented"):
             return self.train_data.augmented(self.config.seed, self.epoch)
         return self.train_data
@@ -514,7 +516,7 @@ def train(
 
     Data-parallel: launched by ``torchrun --nproc-per-node K`` (``WORLD_SIZE`` = K > 1), every
     process calls this with the same arguments; they join a process group (gloo on CPU, NCCL on
-    CUDA, rank r on ``cuda:LOCAL_RANK``; see :mod:`smoothcert.distributed`). Then
+    CUDA, rank r on ``cuda:LOCAL_RANK``; see :mod:`smoothcert.training.distributed`). Then
 
     - ``config.batch_size`` B is the global batch, which must be a multiple of K: every epoch's
       order (the same on all ranks) is cut into global batches and rank r trains on the r-th

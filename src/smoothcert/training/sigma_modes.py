@@ -3,7 +3,7 @@
 * ``fixed``: every example at the run's σ;
 * ``data_dependent``: Alfarra et al., "Data Dependent Randomized Smoothing", Algorithm 2 — every
   example keeps its own σ across epochs, moved by OptimizeSigma
-  (:func:`smoothcert.sigma_optimization.optimize_sigma`) before each step.
+  (:func:`smoothcert.smoothing.sigma_optimization.optimize_sigma`) before each step.
 
 A σ mode is built as a training method is: its parameters (``TrainConfig.sigma_mode_params``,
 ``--sigma-param KEY=VALUE``) are keyword-only ``__init__`` arguments with defaults, checked there,
@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from .. import sigma_optimization
 from ..errors import SmoothcertError, check_count, check_positive_finite
-from ..noise import NOISES
+from ..noise.base import NOISES
 from ..registry import Registry, keyword_defaults
+from ..smoothing import sigma_optimization
 
 SIGMA_MODES: Registry = Registry("sigma mode")
 """``TrainConfig.sigma_mode`` -> :class:`SigmaMode` subclass (built by :func:`build_sigma_mode`)."""
@@ -130,7 +130,8 @@ class PerExampleSigma(SigmaMode):
     As in the authors' scripts (``train`` in ``ImageNet/train_rs.py``, ``CIFAR10/train_macer.py``)
     σ is optimised per batch right before that batch's step, on the same (augmented) inputs the
     step trains on, not in a separate pass before or after the epoch. One deviation:
-    :func:`~smoothcert.sigma_optimization.optimize_sigma` runs the model in eval mode (BatchNorm
+    :func:`~smoothcert.smoothing.sigma_optimization.optimize_sigma` runs the model in eval mode
+    (BatchNorm
     with its running statistics, which the extra forward passes leave untouched), where the
     authors' training scripts leave it in train mode. Indices repeated within one batch get one
     of their optimised values. The test-accuracy column keeps using the run's σ (the authors'

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .io import file_sha256
-from .metrics import parse_radii
-from .report import report
-from .runs import RunConfig, run_dataset
-from .training import TrainConfig, train
+from ..evaluation.metrics import parse_radii
+from ..evaluation.report import report
+from ..io import file_sha256
+from ..runs import RunConfig, run_dataset
+from ..training import TrainConfig, train
 
 SIGMA = 0.25
 TRAIN = TrainConfig(dataset="digits", arch="digits_cnn", method="gaussian", sigma=SIGMA,

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import SmoothcertError, check_positive_finite
-from .io import atomic_write
+from ..errors import SmoothcertError, check_positive_finite
+from ..io import atomic_write
+from ..runs.records import Records
 from .metrics import attack_curve, certified_accuracy_curve, envelope_curve, pa_ecdf
-from .runs.records import Records
 
 MARGIN = 1.05  # the x axis runs 5% past the largest radius, so every curve visibly drops to 0
 LEGEND_INSIDE_MAX = 6  # curves whose legend fits inside the axes; more go beside them
@@ -119,7 +119,7 @@ def n_limited_radius(records: Records) -> float | None:
     radius at p_lower = α^(1/n) (σΦ⁻¹(α^(1/n)) for Gaussian noise); None unless the file is a
     CERTIFY file (its manifest's task, or the CERTIFY columns ``n0``, ``p_lower`` without a
     manifest) with one σ, n and α."""
-    from .noise import NOISES
+    from ..noise.base import NOISES
 
     identity = (records.manifest or {}).get("identity")
     if identity is not None and identity.get("task") != "certify":
@@ -142,7 +142,7 @@ def _parameter_text(params: dict) -> str:
 
 def _radius_norm(records_list: Sequence[Records]) -> str:
     """``L1`` if every file's manifest says uniform noise (its certificate's norm), else ``L2``."""
-    from .noise import NOISES
+    from ..noise.base import NOISES
 
     norms = {NOISES[(r.manifest or {}).get("identity", {}).get("noise", "gaussian")].norm
              for r in records_list}
@@ -154,7 +154,8 @@ def plot_pa_ecdf(records_list: Sequence[Records], path) -> Path:
     Vechev 2024, Fig. 3); save to ``path`` (atomically, as :func:`plot_certified_accuracy`).
 
     x: p̂_A, the frequency of the true label among the noisy draws
-    (:func:`smoothcert.metrics.pa_hat` says how it is read from records); y: the fraction of
+    (:func:`smoothcert.evaluation.metrics.pa_hat` says how it is read from records); y: the
+    fraction of
     examples with p̂_A ≤ x. The dotted line at ½ separates hard from easy examples; the height
     of a curve just below ½ is the fraction of hard ones.
     """

@@ -45,11 +45,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from .errors import SmoothcertError, check_count
-from .io import atomic_write, format_row, write_json_atomic
-from .rng import derived_seed, example_generator
-from .sampling import BatchedVotes
-from .tensors import eval_mode, model_device
+from ..errors import SmoothcertError, check_count
+from ..io import atomic_write, format_row, write_json_atomic
+from ..rng import derived_seed, example_generator
+from ..smoothing.engine import BatchedVotes
+from ..tensors import eval_mode, model_device
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def easy_hard(result: GradNorms) -> EasyHard:
 
 
 def easy_hard_table(summary: EasyHard):
-    """A :class:`smoothcert.report.Table`: one row each for easy, hard and easy/hard."""
+    """A :class:`smoothcert.evaluation.report.Table`: one row each for easy, hard and easy/hard."""
     from .report import Table
 
     return Table(
@@ -160,8 +160,8 @@ def method_at_end_of_training(name: str, params: dict, checkpoint, model: nn.Mod
     last epoch, with the training split as the epoch's data (e.g. easy_focus's reweighing draws
     from it) and a generator seeded from (seed, 0, 1).
     """
-    from .data import load_dataset
-    from .methods import EpochContext, build_method
+    from ..data.datasets import load_dataset
+    from ..methods import EpochContext, build_method
 
     meta, state = checkpoint.meta, checkpoint.train_state or {}
     same = meta.get("method", {}).get("name") == name
@@ -195,10 +195,10 @@ def checkpoint_grad_norms(checkpoint_path, method: str | None = None, params: di
     checkpoint's)."""
     from tqdm.auto import tqdm
 
-    from .data import load_dataset
-    from .models.checkpoint import load_checkpoint, model_from_checkpoint
-    from .noise import Gaussian
-    from .runs.records import global_indices
+    from ..data.datasets import load_dataset
+    from ..models.checkpoint import load_checkpoint, model_from_checkpoint
+    from ..noise.gaussian import Gaussian
+    from ..runs.records import global_indices
 
     check_count("n", n), check_count("batch", batch_size), check_count("seed", seed, 0)
     check_count("skip", skip)
@@ -240,9 +240,9 @@ def grad_norms_identity(checkpoint_path, method: str | None = None, params: dict
     hyperparameters, σ and dataset, the checkpoint's where not given), as JSON reads it back.
     ``batch_size`` is not part of it: p̂_A's draws come in fixed chunks whatever the batch.
     ``device_type`` is: CPU and CUDA generators draw different noise."""
-    from .io import file_sha256
-    from .methods import build_method
-    from .models.checkpoint import load_checkpoint
+    from ..io import file_sha256
+    from ..methods import build_method
+    from ..models.checkpoint import load_checkpoint
 
     meta = load_checkpoint(checkpoint_path, map_location="cpu").meta
     name = method or meta["method"]["name"]
@@ -260,7 +260,7 @@ def write_grad_norms(path, result: GradNorms, manifest: dict) -> None:
     """Write ``result`` as a grad-norm file: the manifest ``PATH.manifest.json`` (``manifest``
     plus ``columns`` and ``examples``, the row count), then the TSV, each atomically (a reader
     sees a complete file or none). Refuses a non-finite norm, which no reader would accept."""
-    from .runs.records import manifest_path
+    from ..runs.records import manifest_path
 
     bad = np.flatnonzero(~np.isfinite(result.norms))
     if bad.size:
@@ -278,7 +278,7 @@ def read_grad_norms(path) -> GradNorms:
     :data:`GRAD_NORM_COLUMNS`), validated as a record file (idx unique, label an integer ≥ 0,
     p_hat in [0, 1], grad_norm finite ≥ 0). With a manifest, it must hold all the manifest's
     examples, and ``n`` is the manifest's; without one, ``n`` is None."""
-    from .runs.records import read_records
+    from ..runs.records import read_records
 
     if not Path(path).is_file():
         raise SmoothcertError(f"grad-norm file {path} does not exist; check the path")
@@ -304,8 +304,8 @@ def grad_norm_file(out, checkpoint_path, method: str | None = None, params: dict
     (:func:`write_grad_norms`) when ``out`` does not exist; read back, without computing, when
     it exists with the same identity (:func:`grad_norms_identity` of ``selection``: sigma, n,
     dataset, split, skip, max_count, seed, device); refused when its identity differs."""
-    from .io import check_not_input
-    from .runs.records import manifest_path
+    from ..io import check_not_input
+    from ..runs.records import manifest_path
 
     out = Path(out)
     check_not_input(out, [checkpoint_path], what="the checkpoint")
@@ -322,7 +322,7 @@ def grad_norm_file(out, checkpoint_path, method: str | None = None, params: dict
 
 
 def _reuse(out: Path, identity: dict) -> GradNorms:
-    from .runs.records import read_manifest
+    from ..runs.records import read_manifest
 
     if out.is_dir():
         raise SmoothcertError(f"output {out} is a directory; give a file name")
@@ -349,13 +349,15 @@ def _check_writable(out: Path) -> None:
 
 # --------------------------------------------------------------------------- Sun et al.'s Table 1
 def easy_hard_comparison(paths: Sequence, acr: Sequence | None = None):
-    """Sun et al.'s Table 1 from grad-norm files: a :class:`smoothcert.report.Table` with one row
+    """Sun et al.'s Table 1 from grad-norm files: a :class:`smoothcert.evaluation.report.Table`
+    with one row
     per file — its name (:func:`~smoothcert.runs.records.distinct_labels`), its examples, the
     count and mean ‖∇_θ L‖₂ of easy and of hard examples (:func:`easy_hard`; p̂_A = ½ is in
     neither) and easy/hard — and with ``acr`` (one CERTIFY record file per grad-norm file, in
-    the same order) the ACR of each (:func:`~smoothcert.metrics.average_certified_radius`)."""
+    the same order) the ACR of each
+    (:func:`~smoothcert.evaluation.metrics.average_certified_radius`)."""
+    from ..runs.records import distinct_labels
     from .report import Table
-    from .runs.records import distinct_labels
 
     paths = list(paths)
     if not paths:
@@ -382,8 +384,8 @@ def easy_hard_comparison(paths: Sequence, acr: Sequence | None = None):
 
 def _acr(path) -> float:
     """The ACR of a CERTIFY record file."""
+    from ..runs.records import read_records
     from .metrics import average_certified_radius
-    from .runs.records import read_records
 
     records = read_records(path)
     if "radius" not in records:

@@ -12,7 +12,8 @@ varies over the rows, ``σ_x min``, ``σ_x mean``, ``σ_x max`` (keys ``sigma_mi
 Attack record files (``smoothcert attack``; recognised by their ``success`` and ``distance``
 columns, so hand-written and merged files work too) get their own table: name, attack, n, clean
 accuracy, attacked (the fraction of the clean-correct examples whose smoothed prediction was
-flipped), median and mean distance (:class:`~smoothcert.metrics.AttackSummary` says how failed
+flipped), median and mean distance (:class:`~smoothcert.evaluation.metrics.AttackSummary` says how
+failed
 attacks count), then the attack curve at each distance (``d<=0.25``: fraction flipped within
 0.25). Attack files and certification files cannot share one table.
 """
@@ -32,8 +33,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from .errors import SmoothcertError
-from .io import read_tsv, write_text_atomic
+from ..errors import SmoothcertError
+from ..io import read_tsv, write_text_atomic
+from ..registry import Registry
+from ..runs.records import distinct_labels, read_manifest, read_records
 from .metrics import (
     Agreement,
     AttackSummary,
@@ -46,8 +49,6 @@ from .metrics import (
     summarize,
     summarize_attack,
 )
-from .registry import Registry
-from .runs.records import distinct_labels, read_manifest, read_records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +77,7 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
     """Read each record file, summarize it at ``radii`` and return the table in format ``fmt``.
 
     ``paths`` is one path or several; ``radii`` is a sequence of floats or a string for
-    :func:`~smoothcert.metrics.parse_radii`.
+    :func:`~smoothcert.evaluation.metrics.parse_radii`.
     If ``plot`` is a path, the certified-accuracy-vs-radius figure of the files is written there
     (the attack curves, for attack files). ``envelope`` adds the σ-envelope row (and curve);
     ``ecdf``, a path, receives the p̂_A ECDF figure of the files (Sun et al. 2024, Fig. 3);
@@ -166,7 +167,8 @@ def agreement_report(paths: Iterable, radii, fmt: str = "md", *, common: bool = 
     One row per pair: the two names, n, the fraction of (example, radius) pairs on which they
     agree, ACR(second) − ACR(first) with its paired standard error, then per radius ``a/b``:
     the examples only the first certifies there / only the second (see
-    :class:`~smoothcert.metrics.Agreement`). ``common``: each pair is compared on the examples
+    :class:`~smoothcert.evaluation.metrics.Agreement`). ``common``: each pair is compared on the
+    examples
     both files hold.
     """
     formatter = get_format(fmt)
@@ -197,7 +199,7 @@ def agreement_table(agreements: Sequence[Agreement]) -> Table:
 
 
 def _radii(radii) -> tuple[float, ...]:
-    """A sequence of floats, or a string for :func:`~smoothcert.metrics.parse_radii`."""
+    """A sequence of floats, or a string for :func:`~smoothcert.evaluation.metrics.parse_radii`."""
     return parse_radii(radii) if isinstance(radii, str) else tuple(float(r) for r in radii)
 
 
@@ -462,7 +464,7 @@ def _check_run_folder(run_dir: Path) -> None:
 def _run_method(run_dir: Path) -> tuple[str, dict, int | None]:
     """(method name, hyperparameters, recorded #HP or None) of a run folder."""
     if (run_dir / "checkpoint.pt").is_file():
-        from .models.checkpoint import load_checkpoint
+        from ..models.checkpoint import load_checkpoint
 
         meta = load_checkpoint(run_dir / "checkpoint.pt").meta
         hparams = meta["method"].get("hparams", {})

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import SmoothcertError, check_count, unknown_name
-from .noise import NOISES
-from .tensors import eval_mode, frozen, model_device
+from ..errors import SmoothcertError, check_count, unknown_name
+from ..noise.base import NOISES
+from ..tensors import eval_mode, frozen, model_device
 
 # Defaults of Algorithm 1, from the code that produced the paper's certification numbers.
 NUM_STEPS = 100

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .errors import SmoothcertError, check_count, check_probability
-from .sampling import BatchedVotes, Draws
-from .stats import binomial_pvalue, clopper_pearson_lower
-from .tensors import eval_mode, model_device
+from ..errors import SmoothcertError, check_count, check_probability
+from ..stats import binomial_pvalue, clopper_pearson_lower
+from ..tensors import eval_mode, model_device
+from .engine import BatchedVotes, Draws
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """YAML recipes for ``smoothcert train --config``.
 
-A recipe is a mapping of :class:`~smoothcert.train.TrainConfig` fields. It may name a ``base``
+A recipe is a mapping of :class:`~smoothcert.training.TrainConfig` fields. It may name a ``base``
 recipe (a path relative to itself) whose fields it extends: the paper's schedule lives in one base
 file per dataset and each method/σ recipe only states what differs. ``method_params`` mappings
 merge key by key; every other field replaces the base's.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import SmoothcertError
+from ..errors import SmoothcertError
 
 
 def load_recipe(path) -> dict:

@@ -42,8 +42,9 @@ import mpmath
 import numpy as np
 import torch
 
-from .errors import SmoothcertError
-from .noise import NOISES, Gaussian, _Isotropic
+from ..errors import SmoothcertError
+from .base import NOISES, _Isotropic
+from .gaussian import Gaussian
 
 LEVELS = 255
 """Grid steps per unit: inputs are multiples of 1/255 in [0, 1] (8-bit images)."""

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
-from .errors import MAX_BATCH, MAX_DRAWS, MAX_INDEX, SmoothcertError
-from .registry import Registry
+from ..errors import MAX_BATCH, MAX_DRAWS, MAX_INDEX, SmoothcertError
+from ..registry import Registry
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .version import __version__
+    from ..version import __version__
 
     parser = _Parser(prog="smoothcert",
                      description="Randomized smoothing: train, certify, attack, report.")
@@ -244,7 +244,7 @@ def _progress(args) -> bool:
 def shard_from_env(env=os.environ) -> tuple[int, int]:
     """(shard index, number of shards) from torchrun's RANK/WORLD_SIZE or a SLURM array; a
     malformed variable is one SmoothcertError naming it."""
-    from .distributed import launcher_rank, slurm_array_task
+    from ..training.distributed import launcher_rank, slurm_array_task
 
     return launcher_rank(env) or slurm_array_task(env) or (0, 1)
 
@@ -264,7 +264,7 @@ def _train_args(p):
     """One flag per TrainConfig field, generated from the field (its metadata holds the help
     text, the flag where it is not --field-name, and the registry of its names, listed in the
     epilog), the old --dd-* spellings of --sigma-param, and the run's own flags."""
-    from .training.config import TrainConfig
+    from ..training.config import TrainConfig
 
     p.add_argument("--config", metavar="YAML",
                    help="recipe: a YAML file of TrainConfig fields (configs/); flags override it")
@@ -328,8 +328,8 @@ def _int_tuple(text: str) -> tuple[int, ...]:
 def _legacy_sigma_flags(p) -> None:
     """--dd-steps, --dd-step-size, --dd-num-samples, --dd-start-epoch: the old spellings of
     ``--sigma-param KEY=VALUE`` for the data-dependent σ mode (named in that flag's help)."""
-    from .training.config import LEGACY_SIGMA_MODE, LEGACY_SIGMA_PARAMS
-    from .training.sigma_modes import build_sigma_mode
+    from ..training.config import LEGACY_SIGMA_MODE, LEGACY_SIGMA_PARAMS
+    from ..training.sigma_modes import build_sigma_mode
 
     defaults = build_sigma_mode(LEGACY_SIGMA_MODE).params()
     for old, new in LEGACY_SIGMA_PARAMS.items():
@@ -350,14 +350,14 @@ def _choices_epilog(config_cls) -> str:
 
 @command("train", "train a base classifier with a smoothing-aware method", _train_args)
 def cmd_train(args):
-    from .recipes import load_recipe
-    from .training import TrainConfig, train
+    from ..training import TrainConfig, train
+    from ..training.recipes import load_recipe
 
     recipe = load_recipe(args.config) if args.config else {}
     config = TrainConfig.from_dict(_train_fields(recipe, args))
     if config.init_checkpoint is not None:
-        from .io import check_not_input
-        from .training.loop import CHECKPOINT
+        from ..io import check_not_input
+        from ..training.loop import CHECKPOINT
 
         check_not_input(os.path.join(args.out, CHECKPOINT), [config.init_checkpoint],
                         what="the --init-from checkpoint")
@@ -382,7 +382,7 @@ def _train_fields(recipe: dict, args) -> dict:
     """The recipe's fields with the flags' over them. A KEY=VALUE flag sets one key of its
     mapping; a σ-mode parameter set by a flag under either spelling (--sigma-param num_steps=K
     or --dd-steps K) replaces the recipe's under both."""
-    from .training.config import LEGACY_SIGMA_PARAMS, TrainConfig
+    from ..training.config import LEGACY_SIGMA_PARAMS, TrainConfig
 
     fields = dict(recipe)
     for f in dataclasses.fields(TrainConfig):
@@ -434,7 +434,7 @@ def _number_or_yaml(value):
 def _run_args(p, *, with_n0: bool):
     p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
     if with_n0:
-        from .certifiers import CERTIFIERS, LEGACY_NAMES
+        from ..certifiers import CERTIFIERS, LEGACY_NAMES
 
         p.add_argument("--certifier", default="certify",
                        choices=sorted(CERTIFIERS) + sorted(LEGACY_NAMES),
@@ -457,9 +457,9 @@ def _run_args(p, *, with_n0: bool):
 
 def _certifiers_epilog() -> str:
     """Every certifier (its options, set with --opt, in brackets with their defaults) and noise."""
-    from .certifiers import CERTIFIERS
-    from .noise import NOISES
-    from .training.config import described, keyword_choices
+    from ..certifiers import CERTIFIERS
+    from ..noise.base import NOISES
+    from ..training.config import described, keyword_choices
 
     lines = ["names (a certifier's options, set with --opt, in brackets with their defaults):",
              "", "--certifier NAME"]
@@ -469,7 +469,7 @@ def _certifiers_epilog() -> str:
 
 
 def _noise_args(p) -> None:
-    from .noise import NOISES
+    from ..noise.base import NOISES
 
     p.add_argument("--noise", choices=sorted(NOISES),
                    help="smoothing noise; σ is its per-coordinate standard deviation (default: "
@@ -512,7 +512,7 @@ def _dataset_run_args(p) -> None:
 def _engine_args(p) -> None:
     """The engine's optional accelerations; each changes the computed function, so each is
     recorded in the run's identity."""
-    from .sampling import PRECISIONS
+    from ..smoothing.engine import PRECISIONS
 
     p.add_argument("--precision", default="fp32", choices=tuple(PRECISIONS),
                    help="run the model under bf16/fp16 autocast (noise stays float32; the "
@@ -531,10 +531,10 @@ def _certifier_options(args) -> dict:
 
 def _run_task(task: str, args, options: dict | None = None) -> None:
     """Load the checkpoint's dataset split and hand everything to ``certify_dataset``."""
-    from .distributed import rank_device
-    from .models.checkpoint import load_checkpoint
-    from .runs import certify_dataset
-    from .runs.records import shard_path
+    from ..models.checkpoint import load_checkpoint
+    from ..runs import certify_dataset
+    from ..runs.records import shard_path
+    from ..training.distributed import rank_device
 
     meta = load_checkpoint(args.checkpoint).meta
     device = rank_device(resolve_device(args.device))  # one GPU per torchrun rank
@@ -567,7 +567,7 @@ def _run_task(task: str, args, options: dict | None = None) -> None:
 def _run_dataset(args, meta: dict):
     """The split to run on; an image folder at the checkpoint's input size unless
     ``--image-size`` says otherwise."""
-    from .data import dataset_spec, load_dataset
+    from ..data.datasets import dataset_spec, load_dataset
 
     name = args.dataset or meta["dataset"]
     image_size = args.image_size
@@ -601,8 +601,8 @@ def cmd_predict(args):
 
 # --------------------------------------------------------------------------- attack
 def _attack_args(p):
-    from .attacks import ATTACKS
-    from .runs.attack import AttackSettings
+    from ..runs.attack import AttackSettings
+    from ..smoothing.attacks import ATTACKS
 
     d = AttackSettings()
     p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
@@ -641,7 +641,7 @@ def _attack_args(p):
 def cmd_attack(args):
     import dataclasses
 
-    from .runs.attack import AttackSettings
+    from ..runs.attack import AttackSettings
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(AttackSettings)}
     if given["epsilon"] is None:  # --min-distance: the budget grid, not ε
@@ -663,7 +663,7 @@ def _analyze_args(p):
 
 
 def _grad_norms_args(p):
-    from .report import FORMATS
+    from ..evaluation.report import FORMATS
 
     p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
     p.add_argument("--method", help="training method whose loss is measured (default: the "
@@ -694,7 +694,7 @@ ANALYSES.register("grad-norms")(Command(
 
 
 def _easy_hard_args(p):
-    from .report import FORMATS
+    from ..evaluation.report import FORMATS
 
     p.add_argument("files", nargs="+", metavar="FILE.tsv",
                    help="grad-norm files (analyze grad-norms --out), one row each")
@@ -719,8 +719,13 @@ def cmd_analyze(args):
 
 
 def _grad_norms(args) -> None:
-    from .analysis import checkpoint_grad_norms, easy_hard, easy_hard_table, grad_norm_file
-    from .report import get_format
+    from ..evaluation.analysis import (
+        checkpoint_grad_norms,
+        easy_hard,
+        easy_hard_table,
+        grad_norm_file,
+    )
+    from ..evaluation.report import get_format
 
     formatter = get_format(args.format)
     compute = (checkpoint_grad_norms if args.out is None
@@ -734,8 +739,8 @@ def _grad_norms(args) -> None:
 
 
 def _easy_hard(args) -> None:
-    from .analysis import easy_hard_comparison
-    from .report import get_format
+    from ..evaluation.analysis import easy_hard_comparison
+    from ..evaluation.report import get_format
 
     formatter = get_format(args.format)
     print(formatter(easy_hard_comparison(args.files, args.acr)), end="")
@@ -746,7 +751,7 @@ REPORT_RADII = "0:1:0.25"  # report's radii (attack files: distances) when --rad
 
 
 def _report_args(p):
-    from .report import FORMATS
+    from ..evaluation.report import FORMATS
 
     p.add_argument("files", nargs="+",
                    help="record files (smoothcert's or Cohen et al.'s; CERTIFY, PREDICT or "
@@ -828,8 +833,14 @@ r=R\ta/b: examples only the first file / only the second certifies at R"""
     "report", "certified accuracy at radii, ACR and abstention, one row per file", _report_args
 )
 def cmd_report(args):
-    from .metrics import parse_radii
-    from .report import agreement_report, check_block, report, splice_block, train_report
+    from ..evaluation.metrics import parse_radii
+    from ..evaluation.report import (
+        agreement_report,
+        check_block,
+        report,
+        splice_block,
+        train_report,
+    )
 
     if (args.into is None) != (args.block is None):
         raise SmoothcertError("--into DOC and --block NAME go together")
@@ -872,8 +883,8 @@ def _check_report_mode(args) -> None:
 def _check_into(doc, files, train: bool) -> None:
     """``--into DOC`` must not be a file the report reads: a record file or its manifest, or
     (``--train``) a run folder's files."""
-    from .io import check_not_input
-    from .runs.records import manifest_path
+    from ..io import check_not_input
+    from ..runs.records import manifest_path
 
     if train:
         from pathlib import Path
@@ -891,8 +902,8 @@ def _merge_args(p):
 
 @command("merge", "validate shard record files and write their union", _merge_args)
 def cmd_merge(args):
-    from .io import check_not_input
-    from .runs.records import manifest_path, merge_records
+    from ..io import check_not_input
+    from ..runs.records import manifest_path, merge_records
 
     inputs = [*args.files, *map(manifest_path, args.files)]
     for out in (args.out, manifest_path(args.out)):  # the file and the manifest it writes
@@ -902,7 +913,7 @@ def cmd_merge(args):
 
 # --------------------------------------------------------------------------- import-checkpoint
 def _import_args(p):
-    from .models.importers import FORMATS, NORMALIZATIONS
+    from ..models.importers import FORMATS, NORMALIZATIONS
 
     p.add_argument("file", help="a reference implementation's checkpoint (.pth.tar, .pth)")
     p.add_argument("--format", required=True, choices=sorted(FORMATS),
@@ -927,7 +938,7 @@ def _import_args(p):
     _import_args,
 )
 def cmd_import_checkpoint(args):
-    from .models.importers import import_checkpoint
+    from ..models.importers import import_checkpoint
 
     path = import_checkpoint(args.file, args.format, arch=args.arch, dataset=args.dataset,
                              sigma=args.sigma, out=args.out, normalization=args.normalization,
@@ -950,6 +961,3 @@ def cmd_demo(args):
 
     run_demo(args.out, device=resolve_device(args.device), progress=_progress(args))
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -31,9 +31,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .errors import SmoothcertError
-from .io import file_sha256
-from .registry import Registry
+from ..errors import SmoothcertError
+from ..io import file_sha256
+from ..registry import Registry
 
 SPLITS = ("train", "test")
 
@@ -248,7 +248,7 @@ def load_dataset(
 ):
     """Split ``"train"`` or ``"test"`` of dataset ``name``: an :class:`ImageDataset` in CPU
     memory, or for image folders (``imagenet``, ``imagefolder``) a streamed
-    :class:`~smoothcert.image_folders.FolderDataset` that decodes images when read.
+    :class:`~smoothcert.data.image_folders.FolderDataset` that decodes images when read.
 
     ``data_root`` is where to look first (see each loader); ``download`` allows fetching with
     torchvision when the data are found nowhere locally. ``image_size`` (folders only) is the
@@ -629,6 +629,3 @@ def crop_and_flip(
     batch = torch.arange(b, device=x.device)[:, None, None]
     out = padded[batch, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
     return out.permute(0, 3, 1, 2).contiguous()
-
-
-from . import image_folders  # noqa: E402,F401  (registers imagenet and imagefolder)

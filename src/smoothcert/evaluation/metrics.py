@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import SmoothcertError
-from .radii import MAX_RADII, parse_radii  # noqa: F401  (one grammar, re-exported)
-from .runs.records import Records
+from ..errors import SmoothcertError
+from ..radii import MAX_RADII, parse_radii  # noqa: F401  (one grammar, re-exported)
+from ..runs.records import Records
 
 ABSTAIN = -1  # the ``predict`` value of an abstention, as in Cohen et al.'s files
 

@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import SmoothcertError, check_count, check_positive_finite, check_probability
-from .registry import Registry
-from .tensors import eval_mode
+from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
+from ..registry import Registry
+from ..tensors import eval_mode
 
 ATTACKS: Registry = Registry("attack")
 

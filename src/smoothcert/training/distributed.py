@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .errors import SmoothcertError
+from ..errors import SmoothcertError
 
 
 @dataclass(frozen=True)

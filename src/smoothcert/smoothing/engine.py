@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .errors import SmoothcertError, check_count
+from ..errors import SmoothcertError, check_count
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 CHUNK = 1024

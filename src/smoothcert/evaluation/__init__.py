@@ -1,0 +1,1 @@
+"""Evaluation: pure functions of records — metrics, tables, plots and gradient analyses."""
