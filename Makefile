@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean studies-smoke
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# Each study's --quick smoke test (a few minutes; not part of `make test`, which must pass
+# without studies/).
+studies-smoke: $(STAMP)
+	$(BIN)/python -m pytest -q studies
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

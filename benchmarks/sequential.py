@@ -14,7 +14,7 @@ both and the largest gap; the wall-clock ratio. Wall clock is measured in this p
 after the other on the same machine: the sequential run over all images, and fixed-n CERTIFY
 over ``--timing-images`` images before it and again after it (the mean per image).
 
-    python benchmarks/sequential.py --checkpoint results/step4/fmnist_lenet_s025.pt
+    python benchmarks/sequential.py --checkpoint studies/sequential/records/fmnist_lenet_s025.pt
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from common import print_environment
 from scipy.stats import norm
 
 from smoothcert.evaluation.metrics import certified_accuracy
+from smoothcert.io import file_sha256
 from smoothcert.models import load_checkpoint
 from smoothcert.runs import RunConfig, run_dataset
 from smoothcert.runs.records import read_records
-from smoothcert.runs.runner import file_sha256
 from smoothcert.stats import clopper_pearson_lower
 
 
@@ -118,7 +118,7 @@ def compare(grid: np.ndarray, fixed, seq) -> tuple[np.ndarray, np.ndarray]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--checkpoint", required=True)
-    p.add_argument("--out-dir", default="results/step4")
+    p.add_argument("--out-dir", default="runs/sequential")
     p.add_argument("--grids", nargs="+", default=["0,0.25,0.5,0.75", "0,0.25,0.5"])
     p.add_argument("--tests", nargs="+", default=["union", "mixture"])
     p.add_argument("--skip", type=int, default=50)

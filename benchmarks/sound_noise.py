@@ -11,8 +11,9 @@ certified under both noises (record files in ``--out-dir``, resumable), and cert
 at ``--radii`` for each, with the largest difference in points.
 
     python benchmarks/sound_noise.py --models lenet cifar_resnet20 --n 10000
-    python benchmarks/sound_noise.py --models --checkpoint runs/step5/gaussian_s050/checkpoint.pt \
-        --dataset fashion-mnist --max 100 --skip 20 --n 10000 --out-dir runs/sound
+    python benchmarks/sound_noise.py --models \
+        --checkpoint runs/seed-claims/gaussian_s050/checkpoint.pt --dataset fashion-mnist \
+        --max 100 --skip 20 --n 10000 --out-dir runs/sound
 """
 
 from __future__ import annotations

@@ -60,10 +60,13 @@ def write_checkpoint(path, arch="digits_cnn", num_classes=10, input_shape=(1, 8,
     return save_checkpoint(path, model, meta)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session", autouse=True)
 def one_thread():
-    """For modules of many tiny tensor ops, where torch's intra-op threads cost more than they
-    give (worse on a busy 2-core machine); use as ``pytestmark = usefixtures("one_thread")``."""
+    """Every test runs torch on one intra-op thread. The suite's tensors are tiny (8×8 digits,
+    models of a few thousand weights), where a second thread costs more in synchronisation than
+    it gives: one epoch of digits_cnn took 0.9 s on one thread and 12 s on two while other
+    processes shared this 2-core machine. Subprocesses (the CLI, torchrun) keep torch's default.
+    (Modules may still name it, ``pytestmark = usefixtures("one_thread")``, from before.)"""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

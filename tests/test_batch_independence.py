@@ -3,13 +3,13 @@
 Each example's draws are cut into chunks of a fixed size, whatever the forward batch, so every
 certifier gives the same rows (``time`` aside) for every batch size, ``batch`` leaves the run
 identity, a finished run grows with a larger ``--max``, and the record files from before the
-chunks were fixed (identity with ``batch``: chunks of that batch) still resume.
+chunks were fixed (identity with ``batch``: chunks of that batch) still resume and grow in their
+own chunks. (Old files of every version: ``tests/test_upgrade.py``.)
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,6 @@ from smoothcert import Gaussian, certify_dataset
 from smoothcert.errors import SmoothcertError
 from smoothcert.rng import example_generator
 from smoothcert.runs.records import manifest_path, merge_records, read_manifest, read_records
-from smoothcert.runs.runner import RunConfig, _file_rule, _identity
 from smoothcert.smoothing.engine import CHUNK, BatchedVotes
 from smoothcert.smoothing.smoothed import Smoothed
 
@@ -35,7 +34,6 @@ CERTIFIERS = {
     "sequential": {"radii": "0,0.25,0.5"},
     "data-dependent": {"num_steps": 3},
 }
-RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 class Linear25(nn.Module):
@@ -147,12 +145,13 @@ def test_shards_grown_to_different_maxima_are_not_merged(model, data, tmp_path):
     assert not (tmp_path / "merged.tsv").exists()
 
 
-def legacy_copy(path: Path, dest: Path, batch: int, max_count: int, rows: int) -> Path:
-    """``path``'s first ``rows`` rows with a manifest of the old rule: ``batch`` and
-    ``max_count`` in the identity, no ``chunk``."""
-    manifest = read_manifest(path)
+def version_1_copy(path: Path, dest: Path, batch: int, max_count: int, rows: int) -> Path:
+    """``path``'s first ``rows`` rows with a manifest of version 1, before fixed chunks:
+    ``batch`` and ``max_count`` in the identity, no ``chunk``."""
+    manifest = json.loads(manifest_path(path).read_text())
+    del manifest["format_version"]
     identity = manifest["identity"]
-    del identity["chunk"]
+    del identity["chunk"], identity["engine"], identity["indices"], identity["noise"]
     identity.update(batch=batch, max_count=max_count)
     manifest_path(dest).write_text(json.dumps(manifest))
     lines = path.read_text().splitlines(keepends=True)
@@ -160,40 +159,30 @@ def legacy_copy(path: Path, dest: Path, batch: int, max_count: int, rows: int) -
     return dest
 
 
-def test_an_old_file_resumes_with_its_own_chunks_and_any_batch(model, data, tmp_path):
+def test_an_old_file_resumes_and_grows_with_its_own_chunks_and_any_batch(model, data,
+                                                                         tmp_path):
     # Before fixed chunks, a run with --batch 50 drew chunks of 50 (what chunk=50 draws now):
-    # its file, resumed with --batch 1000, must go on drawing chunks of 50.
+    # its file, resumed with --batch 1000, must go on drawing chunks of 50, also for the
+    # examples a larger --max adds.
     kwargs = dict(**RUN, max_count=4)
     new_rule = certify_dataset(model, data, **kwargs, batch=50, out=tmp_path / "n.tsv")
-    old = legacy_copy(tmp_path / "n.tsv", tmp_path / "old.tsv", batch=50, max_count=4, rows=0)
+    old = version_1_copy(tmp_path / "n.tsv", tmp_path / "old.tsv", batch=50, max_count=4,
+                         rows=0)
     resumed = certify_dataset(model, data, **kwargs, batch=1000, out=old)
     smoothed = Smoothed(model, Gaussian(RUN["sigma"]), 4, BatchedVotes(chunk=50))
-    for row in resumed:  # the old engine: one input at a time, chunks = batch = 50
-        c = smoothed.certify(data[int(row["idx"])][0], RUN["n0"], N, RUN["alpha"], 50,
-                             example_generator(RUN["seed"], int(row["idx"]), "cpu"))
-        assert (row["nA"], row["p_lower"]) == (c.count, c.p_lower)
+
+    def drawn_in_chunks_of_50(rows):  # the old engine: one input at a time, chunks = batch
+        for row in rows:
+            c = smoothed.certify(data[int(row["idx"])][0], RUN["n0"], N, RUN["alpha"], 50,
+                                 example_generator(RUN["seed"], int(row["idx"]), "cpu"))
+            assert (row["nA"], row["p_lower"]) == (c.count, c.p_lower)
+
+    drawn_in_chunks_of_50(resumed)
     assert timeless(resumed) != timeless(new_rule)  # the chunks matter: the rule is needed
-    assert read_manifest(old)["identity"]["batch"] == 50  # the old rule, kept
-    with pytest.raises(SmoothcertError, match="max_count"):  # compared the old way
-        certify_dataset(model, data, **{**kwargs, "max_count": 5}, batch=50, out=old)
-
-
-@pytest.mark.parametrize("manifest", sorted(RESULTS.rglob("*.manifest.json")),
-                         ids=lambda p: str(p.relative_to(RESULTS)))
-def test_every_committed_record_file_still_resumes(manifest, tmp_path):
-    # The identity a rerun computes (here with another --batch) must be the stored one: the old
-    # files' batch-sized chunks are kept (legacy), newer files name their fixed chunk.
-    content = json.loads(manifest.read_text())
-    if content.get("kind") == "grad-norms":
-        pytest.skip("an analysis file, not certification records (tests/test_grad_norm_records)")
-    stored = content["identity"]
-    fields = {k: v for k, v in stored.items() if k != "batch"} | {"batch": 333}
-    if "indices" in fields:
-        fields["indices"] = tuple(fields["indices"])
-    record = tmp_path / manifest.name.removesuffix(".manifest.json")
-    shutil.copy(manifest, manifest_path(record))
-    record.write_text("idx\n")
-    cfg, legacy = _file_rule(RunConfig(**fields), record)
-    assert legacy == ("batch" in stored)
-    assert cfg.chunk == (stored["batch"] if legacy else stored["chunk"])
-    assert _identity(cfg, legacy) == stored
+    assert "batch" in json.loads(manifest_path(old).read_text())["identity"]  # file unchanged
+    grown = certify_dataset(model, data, **{**kwargs, "max_count": 5}, batch=7, out=old)
+    assert timeless(grown)[:4] == timeless(resumed) and len(grown) == 5
+    drawn_in_chunks_of_50(grown[4:])
+    rewritten = json.loads(manifest_path(old).read_text())  # now in the current format
+    assert rewritten["identity"]["chunk"] == 50 and rewritten["indices"]["max_count"] == 5
+    assert "batch" not in rewritten["identity"] and rewritten["format_version"] == 3

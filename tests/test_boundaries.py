@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from conftest import write_checkpoint
-from smoothcert.cli.app import build_parser, main, shard_from_env
-from smoothcert.data import datasets as data_mod
+from smoothcert.cli.app import build_parser, main
+from smoothcert.cli.dataset_run import shard_from_env
+from smoothcert.data import formats as data_mod
 from smoothcert.data.datasets import load_dataset
 from smoothcert.errors import SmoothcertError
 from smoothcert.models.checkpoint import load_checkpoint

@@ -15,20 +15,16 @@ import torch
 from sklearn.datasets import load_digits
 
 from smoothcert import SmoothcertError
-from smoothcert.data import datasets as data_mod
+from smoothcert.data import formats as data_mod
 from smoothcert.data.datasets import (
-    AUGMENTATIONS,
-    DATASETS,
     ImageDataset,
-    augment,
     balanced_subset,
-    crop_and_flip,
-    dataset_spec,
     digits_split_indices,
     load_dataset,
-    read_cifar_batch,
-    read_idx,
 )
+from smoothcert.data.formats import read_cifar_batch, read_idx
+from smoothcert.data.registry import DATASETS, dataset_spec
+from smoothcert.data.transforms import AUGMENTATIONS, augment, crop_and_flip
 
 IDX_STEMS = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),

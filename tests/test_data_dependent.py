@@ -304,18 +304,18 @@ def test_memory_certifier_refuses_shards_and_leaves_no_file(checkpoint, tmp_path
     assert set(read_records(shard)["adjusted"]) == {0}
 
 
-@pytest.mark.parametrize("certifier", ["uniform", "data-dependent-uniform"])
-def test_uniform_certifiers_write_l1_radii(certifier, checkpoint, tmp_path):
+@pytest.mark.parametrize("certifier", ["certify", "data-dependent"])
+def test_uniform_noise_certifiers_write_l1_radii(certifier, checkpoint, tmp_path):
     out = tmp_path / "u.tsv"
     extra = DD if certifier.startswith("data") else RUN
-    assert main(["certify", str(checkpoint), "--certifier", certifier, *extra, "--sigma", "0.5",
-                 "--out", str(out)]) == 0
+    assert main(["certify", str(checkpoint), "--certifier", certifier, "--noise", "uniform",
+                 *extra, "--sigma", "0.5", "--out", str(out)]) == 0
     rec = read_records(out)
     ok = rec["predict"] >= 0
     radius_mc = rec["radius_mc"] if "radius_mc" in rec else rec["radius"]
     expected = 2 * math.sqrt(3.0) * rec["sigma"] * (rec["p_lower"] - 0.5)
     np.testing.assert_allclose(radius_mc[ok], expected[ok], rtol=1e-12)
-    if certifier == "uniform":
+    if certifier == "certify":
         assert np.all(rec["sigma"] == 0.5)
 
 

@@ -18,8 +18,8 @@ from smoothcert.models.checkpoint import load_checkpoint
 from smoothcert.smoothing.attacks import draw_noises
 from smoothcert.training import TrainConfig, Trainer, train
 from smoothcert.training import loop as train_module
-from smoothcert.training.config import LEGACY_SIGMA_PARAMS
 from smoothcert.training.sigma_modes import SIGMA_MODES, build_sigma_mode
+from smoothcert.upgrade import OLD_SIGMA_PARAMS, upgrade_config
 
 B, SHAPE, K = 4, (1, 32, 32), 3  # 1,024 coordinates per input: per-row std within a few %
 SIGMA = torch.tensor([0.05, 0.2, 0.5, 1.0])
@@ -113,8 +113,14 @@ def test_noise_for_copies_repeats_a_per_sample_sigma_copy_major_and_keeps_a_scal
 
 # --- the trainer with a stand-in OptimizeSigma ------------------------------------------------
 
+DD_PARAMS = {"num_steps": 2, "step_size": 0.01, "num_samples": 2}
 DD = dict(dataset="digits", arch="digits_cnn", sigma=0.25, batch_size=128, lr=0.05, seed=3,
-          sigma_mode="data_dependent", dd_steps=2, dd_step_size=0.01, dd_num_samples=2)
+          sigma_mode="data_dependent", sigma_mode_params=DD_PARAMS)
+
+
+def dd_from(start_epoch: int) -> dict:
+    """DD whose per-example σ starts moving at ``start_epoch``."""
+    return {**DD, "sigma_mode_params": {**DD_PARAMS, "start_epoch": start_epoch}}
 
 
 def use_optimize_sigma(monkeypatch, fn) -> None:
@@ -138,12 +144,12 @@ def test_trainer_keeps_one_sigma_per_example_and_trains_each_batch_at_its_own(mo
         return out
 
     use_optimize_sigma(monkeypatch, stand_in)
-    trainer = Trainer(TrainConfig(**DD, epochs=2, dd_start_epoch=1))
+    trainer = Trainer(TrainConfig(**dd_from(1), epochs=2))
     real_loss, seen = trainer.method.loss, []
     monkeypatch.setattr(trainer.method, "loss",
                         lambda model, x, y, noise, gen: seen.append(noise) or real_loss(
                             model, x, y, noise, gen))
-    row = trainer.train_epoch()  # epoch 0 < dd_start_epoch: the fixed σ, no OptimizeSigma
+    row = trainer.train_epoch()  # epoch 0 < start_epoch: the fixed σ, no OptimizeSigma
     assert not calls and all(n.sigma == 0.25 for n in seen)
     assert row["sigma_mean"] == row["sigma_min"] == row["sigma_max"] == pytest.approx(0.25)
     seen.clear()
@@ -215,8 +221,10 @@ def test_interrupted_data_dependent_run_resumes_to_identical_weights_and_sigma(
         path = tmp_path / "checkpoint.pt"
         payload = torch.load(path, weights_only=True)
         payload["meta"]["config"] = old_format(payload["meta"]["config"])
+        payload["format_version"] = 1
         torch.save(payload, path)
-        assert load_checkpoint(path).meta["config"]["dd_steps"] == 2
+        assert torch.load(path, weights_only=True)["meta"]["config"]["dd_steps"] == 2
+        assert load_checkpoint(path).meta["config"]["sigma_mode_params"]["num_steps"] == 2
     train(REAL, tmp_path, progress=False, resume=True)
     resumed = load_checkpoint(tmp_path / "checkpoint.pt")
     expected = load_checkpoint(straight / "checkpoint.pt")
@@ -253,7 +261,8 @@ def test_methods_without_per_sample_sigma_are_refused_in_data_dependent_mode(nam
     with pytest.raises(SmoothcertError, match=rf"method '{name}' cannot train with a per-sample "
                        r"σ.*sigma_mode fixed.*consistency, gaussian, macer, smoothadv"):
         TrainConfig(**config)
-    assert TrainConfig(**{**config, "sigma_mode": "fixed"}).method == name
+    fixed = {**BASE, "epochs": 1, "method": name, "sigma_mode": "fixed"}  # no σ-mode params
+    assert TrainConfig(**fixed).method == name
 
 
 def test_the_four_methods_of_the_issue_support_per_sample_sigma():
@@ -265,33 +274,35 @@ def test_the_four_methods_of_the_issue_support_per_sample_sigma():
 @pytest.mark.parametrize("change, match", [
     ({"sigma_mode": "adaptive"}, "unknown sigma_mode 'adaptive'.*data_dependent, fixed"),
     ({"sigma_mode": None}, "sigma_mode must be a string"),
-    # the old dd_* keys are the data_dependent mode's parameters, checked as those
-    ({"dd_steps": 0}, "sigma mode 'data_dependent': num_steps must be an integer >= 1"),
-    ({"dd_steps": 1.5}, "sigma mode 'data_dependent': num_steps"),
-    ({"dd_step_size": 0.0}, "sigma mode 'data_dependent': step_size must be a positive"),
-    ({"dd_step_size": float("nan")}, "sigma mode 'data_dependent': step_size"),
-    ({"dd_num_samples": 0}, "sigma mode 'data_dependent': num_samples must be an integer >= 1"),
-    ({"dd_start_epoch": -1}, "sigma mode 'data_dependent': start_epoch must be an integer >= 0"),
-    ({"dd_start_epoch": 2},
+    # the data_dependent mode's parameters (sigma_mode_params), checked by the mode
+    ({"num_steps": 0}, "sigma mode 'data_dependent': num_steps must be an integer >= 1"),
+    ({"num_steps": 1.5}, "sigma mode 'data_dependent': num_steps"),
+    ({"step_size": 0.0}, "sigma mode 'data_dependent': step_size must be a positive"),
+    ({"step_size": float("nan")}, "sigma mode 'data_dependent': step_size"),
+    ({"num_samples": 0}, "sigma mode 'data_dependent': num_samples must be an integer >= 1"),
+    ({"start_epoch": -1}, "sigma mode 'data_dependent': start_epoch must be an integer >= 0"),
+    ({"start_epoch": 2},
      r"start_epoch \(2\) of sigma mode data_dependent must be below epochs \(2\)"),
 ])
 def test_bad_data_dependent_options_raise(change, match):
+    params = {k: v for k, v in change.items() if k in OLD_SIGMA_PARAMS.values()}
+    fields = {k: v for k, v in change.items() if k not in params}
     with pytest.raises(SmoothcertError, match=match):
-        TrainConfig(**{**DD, "epochs": 2, **change})
-    # the same through sigma_mode_params, the parameters' own key
-    new = {LEGACY_SIGMA_PARAMS[k]: v for k, v in change.items() if k in LEGACY_SIGMA_PARAMS}
-    if new:
-        fields = {k: v for k, v in DD.items() if k not in LEGACY_SIGMA_PARAMS}
+        TrainConfig(**{**DD, "epochs": 2, **fields, "sigma_mode_params": {**DD_PARAMS, **params}})
+    # the same through the old keyword arguments (smoothcert.upgrade.sigma_keywords)
+    old = {key: params[name] for key, name in OLD_SIGMA_PARAMS.items() if name in params}
+    if old:
         with pytest.raises(SmoothcertError, match=match):
-            TrainConfig(**fields, epochs=2, sigma_mode_params=new)
+            TrainConfig(**BASE, epochs=2, **old)
 
 
 def test_config_round_trips_the_data_dependent_options():
-    config = TrainConfig(**DD, epochs=3, dd_start_epoch=1)
+    config = TrainConfig(**dd_from(1), epochs=3)
     assert TrainConfig.from_dict(config.to_dict()) == config
     defaults = TrainConfig(dataset="digits", arch="digits_cnn", sigma=0.25, epochs=1)
-    assert (defaults.sigma_mode, defaults.dd_steps, defaults.dd_step_size,
-            defaults.dd_num_samples, defaults.dd_start_epoch) == ("fixed", 1, 1e-4, 1, 0)
+    assert (defaults.sigma_mode, defaults.sigma_mode_params) == ("fixed", {})
+    assert build_sigma_mode("data_dependent").params() == {
+        "num_steps": 1, "step_size": 1e-4, "num_samples": 1, "start_epoch": 0}
 
 
 def test_data_dependent_training_from_the_cli(tmp_path):
@@ -313,25 +324,26 @@ def test_data_dependent_training_from_the_cli(tmp_path):
 # --- sigma_mode_params and the old dd_* keys -------------------------------------------------
 
 PARAMS = {"num_steps": 2, "step_size": 0.01, "num_samples": 2, "start_epoch": 1}
-BASE = {k: v for k, v in DD.items() if k not in LEGACY_SIGMA_PARAMS}  # DD without its dd_* keys
+BASE = {k: v for k, v in DD.items() if k != "sigma_mode_params"}  # DD without its parameters
 
 
 def old_format(config: dict) -> dict:
     """``config`` (a ``to_dict()``) as versions before ``sigma_mode_params`` and ``noise`` stored
-    it: the data-dependent mode's parameters as dd_* keys, present for every σ mode."""
-    old = {k: v for k, v in config.items() if k not in ("noise", "sigma_mode_params")}
+    it (config format 1): the data-dependent mode's parameters as dd_* keys, present for every
+    σ mode, and no format_version."""
+    old = {k: v for k, v in config.items()
+           if k not in ("noise", "sigma_mode_params", "format_version")}
     own = config["sigma_mode_params"] if config["sigma_mode"] == "data_dependent" else {}
     params = build_sigma_mode("data_dependent", **own).params()
-    return {**old, **{key: params[name] for key, name in LEGACY_SIGMA_PARAMS.items()}}
+    return {**old, **{key: params[name] for key, name in OLD_SIGMA_PARAMS.items()}}
 
 
 def test_old_dd_keys_equal_the_new_sigma_mode_params():
-    old = TrainConfig(**DD, epochs=3, dd_start_epoch=1)
+    old = TrainConfig(**BASE, epochs=3, dd_steps=2, dd_step_size=0.01, dd_num_samples=2,
+                      dd_start_epoch=1)
     new = TrainConfig(**BASE, epochs=3, sigma_mode_params=PARAMS)
     assert old == new and old.to_dict() == new.to_dict()
     assert new.sigma_mode_params == PARAMS and not any(k.startswith("dd_") for k in new.to_dict())
-    assert (new.dd_steps, new.dd_step_size, new.dd_num_samples, new.dd_start_epoch) == (2, 0.01,
-                                                                                        2, 1)
     assert TrainConfig.from_dict(old_format(new.to_dict())) == new
     assert TrainConfig.from_dict({**old_format(new.to_dict()), "noise": "gaussian"}) == new
     # the two spellings together: the missing parameters at the mode's defaults
@@ -346,11 +358,9 @@ def test_old_dd_keys_equal_the_new_sigma_mode_params():
 
 def test_sigma_mode_params_are_checked_at_the_boundary():
     fixed = dict(BASE, epochs=3, sigma_mode="fixed")
-    # the old keys of a fixed-σ config are checked and ignored, as they always were
-    assert TrainConfig(**fixed, dd_steps=5) == TrainConfig(**fixed)
+    # the old keys of a fixed-σ config are ignored, as they always were (and said so)
+    assert TrainConfig(**fixed, dd_steps=5) == TrainConfig(**fixed, dd_steps=0)
     assert TrainConfig(**fixed).sigma_mode_params == {}
-    with pytest.raises(SmoothcertError, match="num_steps must be an integer >= 1"):
-        TrainConfig(**fixed, dd_steps=0)
     with pytest.raises(SmoothcertError, match=r"unknown parameter\(s\) num_steps for sigma mode "
                                               r"'fixed'; valid: \(none\)"):
         TrainConfig(**fixed, sigma_mode_params={"num_steps": 2})
@@ -395,11 +405,13 @@ def test_data_dependent_training_with_uniform_noise(monkeypatch):
 def test_sigma_params_from_flags_and_a_recipe(tmp_path):
     """--sigma-param and the old --dd-* flags set one parameter each over a recipe, whichever
     spelling the recipe used."""
-    from smoothcert.cli.app import _train_fields, build_parser
+    from smoothcert.cli.app import build_parser
+    from smoothcert.cli.train import _train_fields
 
     def params(recipe, *flags):
         args = build_parser().parse_args(["train", "--out", str(tmp_path), *flags])
-        return TrainConfig.from_dict(_train_fields(recipe, args)).sigma_mode_params
+        fields = _train_fields(upgrade_config(recipe), args)  # as load_recipe gives it
+        return TrainConfig.from_dict(fields).sigma_mode_params
 
     old = {**BASE, "epochs": 3, "dd_steps": 2, "dd_start_epoch": 1}
     new = {**BASE, "epochs": 3, "sigma_mode_params": {"num_steps": 2, "start_epoch": 1}}
@@ -409,11 +421,12 @@ def test_sigma_params_from_flags_and_a_recipe(tmp_path):
         assert params(recipe, "--dd-steps", "4")["num_steps"] == 4
         assert params(recipe, "--dd-step-size", "1e-3", "--sigma-param", "num_samples=3") == {
             "num_steps": 2, "step_size": 1e-3, "num_samples": 3, "start_epoch": 1}
-    assert params(old, "--sigma-mode", "fixed") == {}  # the old keys only apply to their mode
+    fixed = {**BASE, "epochs": 3, "sigma_mode": "fixed", "dd_steps": 2}
+    assert params(fixed) == params(fixed, "--dd-steps", "3") == {}  # for their mode only
 
 
 def test_opt_values_in_exponent_notation_are_numbers():
-    from smoothcert.cli.app import _parse_params
+    from smoothcert.cli.common import parse_params
 
-    assert _parse_params(["a=1e-4", "b=2", "c=true", "d=pgd"]) == {
+    assert parse_params(["a=1e-4", "b=2", "c=true", "d=pgd"]) == {
         "a": 1e-4, "b": 2, "c": True, "d": "pgd"}

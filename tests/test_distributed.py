@@ -27,6 +27,7 @@ from smoothcert.models.checkpoint import load_checkpoint, model_from_checkpoint
 from smoothcert.runs.records import read_records
 from smoothcert.training import TrainConfig, Trainer, train
 from smoothcert.training import loop as train_module
+from smoothcert.training import trainer as trainer_module
 from smoothcert.training.distributed import World, join
 
 TINY_SIGMA = 1e-8
@@ -93,19 +94,19 @@ def method_config(name: str, init: str) -> TrainConfig:
 def step_losses(config: TrainConfig, world: World):
     """One epoch; the loss of each global batch (the mean over its examples, all ranks) and the
     final weights flattened."""
-    steps, update = [], train_module._Meter.update
+    steps, update = [], trainer_module._Meter.update
 
     def record(meter, out, y):
         steps.append(torch.stack([out["loss"].detach().double() * len(y),
                                   torch.tensor(len(y), dtype=torch.float64)]))
         update(meter, out, y)
 
-    train_module._Meter.update = record
+    trainer_module._Meter.update = record
     try:
         trainer = Trainer(config, world.device, world=world)
         trainer.train_epoch()
     finally:
-        train_module._Meter.update = update
+        trainer_module._Meter.update = update
     total = world.all_reduce_sum(torch.stack(steps))
     weights = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
     return (total[:, 0] / total[:, 1]).tolist(), weights, trainer

@@ -12,7 +12,8 @@ from torch import nn
 
 from conftest import Halfspace
 from smoothcert import Gaussian, SmoothcertError
-from smoothcert.data.datasets import DatasetSpec, ImageDataset, load_dataset
+from smoothcert.data.datasets import ImageDataset, load_dataset
+from smoothcert.data.registry import DatasetSpec
 from smoothcert.methods import EpochContext, build_method
 from smoothcert.methods import easy_focus as ef
 from smoothcert.models.checkpoint import load_checkpoint

@@ -143,7 +143,7 @@ def test_runner_rows_equal_per_example_certify_and_times_add_up(tmp_path):
         c = smoothed.certify(x, 40, 300, 0.001, 128, example_generator(5, int(idx)))
         assert int(rows["nA"][i]) == c.count and float(rows["radius"][i]) == c.radius
     assert all(t > 0 for t in rows["time"])
-    assert "engine" not in read_manifest(path)["identity"]  # plain runs keep older identities
+    assert read_manifest(path)["identity"]["engine"] == {}  # a plain run: the defaults
 
 
 def test_engine_settings_enter_the_identity(tmp_path):

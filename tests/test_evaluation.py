@@ -29,7 +29,8 @@ from smoothcert.evaluation.metrics import (
     pa_ecdf,
     pa_hat,
 )
-from smoothcert.evaluation.report import get_format, report
+from smoothcert.evaluation.report import report
+from smoothcert.evaluation.tables import get_format
 from smoothcert.methods import build_method
 from smoothcert.models import build_model
 from smoothcert.models.checkpoint import save_checkpoint, versions

@@ -3,9 +3,8 @@ auto|always|never``, ``--no-progress`` = never), and a next step after Ctrl-C th
 
 import pytest
 
-import smoothcert.cli.app as cli
 from conftest import write_checkpoint
-from smoothcert.cli.app import main
+from smoothcert.cli.app import build_parser, main
 
 CERTIFY = ["--n0", "8", "--n", "32", "--batch", "32", "--max", "3", "--device", "cpu"]
 TRAIN = ["--dataset", "digits", "--arch", "digits_cnn", "--method", "gaussian", "--sigma", "0.25",
@@ -62,7 +61,7 @@ def test_train_bars_follow_the_flag(tmp_path, capsys, flags, bars):
 
 @pytest.mark.parametrize("command", ["train", "certify", "predict", "attack", "demo"])
 def test_every_command_with_bars_takes_the_flag(command):
-    parser = cli.build_parser()
+    parser = build_parser()
     argv = {"train": [command, "--out", "o"], "demo": [command]}.get(
         command, [command, "ckpt", "--out", "o"])
     argv += ["--epsilon", "0.5"] if command == "attack" else []
@@ -91,7 +90,9 @@ def test_interrupted_train_says_resume(monkeypatch, tmp_path, capsys):
 
 @pytest.mark.parametrize("command", ["certify", "predict", "attack"])
 def test_interrupted_run_says_rerun(monkeypatch, checkpoint, tmp_path, capsys, command):
-    monkeypatch.setattr(cli, "_run_task", _interrupt)
+    import smoothcert.runs
+
+    monkeypatch.setattr(smoothcert.runs, "certify_dataset", _interrupt)
     extra = ["--epsilon", "0.5"] if command == "attack" else []
     assert main([command, str(checkpoint), "--out", str(tmp_path / "r.tsv"), *extra]) == 130
     err = capsys.readouterr().err

@@ -13,7 +13,8 @@ import pytest
 from conftest import COHEN_ROWS, GRID
 from smoothcert.errors import SmoothcertError
 from smoothcert.evaluation.plots import LEGEND_INSIDE_MAX, line_styles, plot_certified_accuracy
-from smoothcert.evaluation.report import FORMATS, get_format, radius_label, report
+from smoothcert.evaluation.report import radius_label, report
+from smoothcert.evaluation.tables import FORMATS, get_format
 from smoothcert.runs.records import read_records
 
 COHEN_HEADER = ("idx", "label", "predict", "radius", "correct", "time")
@@ -234,7 +235,7 @@ kept
 
 
 def test_splice_replaces_only_its_block(tmp_path, files):
-    from smoothcert.evaluation.report import splice_block
+    from smoothcert.evaluation.blocks import splice_block
 
     doc = tmp_path / "RESULTS.md"
     doc.write_text(DOC, encoding="utf-8")
@@ -254,7 +255,7 @@ def test_splice_replaces_only_its_block(tmp_path, files):
     (DOC, "bad name"),                                       # not a block name
 ])
 def test_splice_refuses_an_ambiguous_document(tmp_path, doc_text, name):
-    from smoothcert.evaluation.report import splice_block
+    from smoothcert.evaluation.blocks import splice_block
 
     doc = tmp_path / "RESULTS.md"
     doc.write_text(doc_text, encoding="utf-8")
@@ -416,8 +417,8 @@ def test_every_report_column_is_defined_in_help_and_readme(capsys):
         SIGMA_COLUMNS,
         attack_table,
         certification_table,
-        training_table,
     )
+    from smoothcert.evaluation.train_report import training_table
 
     headers = {*certification_table([], (0.5,)).headers, *attack_table([], (0.5,)).headers,
                *training_table([]).headers, "adjusted", ENVELOPE, "first", "second", "agree",

@@ -19,18 +19,20 @@ from scipy.stats import binomtest, norm
 
 from smoothcert.errors import SmoothcertError
 from smoothcert.stats import clopper_pearson_lower
+from smoothcert.stats.sequential_levels import (
+    SequentialOutcome,
+    certify_levels,
+    grid,
+    run_levels,
+    thresholds,
+)
 from smoothcert.stats.sequential_tests import (
     SEQUENTIAL_TESTS,
     BetaMixture,
     FinalWeightedUnion,
-    SequentialOutcome,
     SequentialTest,
     UnionBound,
-    certify_levels,
     geometric_looks,
-    grid,
-    run_levels,
-    thresholds,
 )
 
 SIGMA = 0.25

@@ -14,12 +14,8 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, norm
 
-from smoothcert.stats.sequential_tests import (
-    SEQUENTIAL_TESTS,
-    ScheduledUnion,
-    geometric_looks,
-    run_levels,
-)
+from smoothcert.stats.sequential_levels import run_levels
+from smoothcert.stats.sequential_tests import SEQUENTIAL_TESTS, ScheduledUnion, geometric_looks
 
 TRIALS = 10_000
 ALPHA = 0.05  # large enough that 10,000 trials see a rate above α (α = 0.001 would need 10⁶)

@@ -329,7 +329,7 @@ def test_per_sample_sigma_draws_each_input_at_its_own_sigma():
         ({"mix_step": -1}, "mix_step.*>= 0"),
         ({"mix_step": 8, "num_steps": 8}, "mix_step must be 0 or less than num_steps"),
         ({"maxnorm": -1.0}, "maxnorm.*>= 0"),
-        ({"maxnorm_s": "1"}, "maxnorm_s"),
+        ({"maxnorm_s": "far"}, "maxnorm_s must be a number or null"),  # "1" is read as 1.0
         ({"warmup_epochs": -1}, "warmup_epochs.*>= 0"),
         ({"epsilon": 1.0}, "unknown hyperparameter.*epsilon.*valid: num_noise"),
     ],
@@ -346,8 +346,11 @@ def test_defaults_are_the_authors_code_defaults_with_mnist_m():
 
 
 # --------------------------------------------------------------------------- CLI
+# 128 balanced digits: two steps an epoch are enough to see the warm-up and the resume, and the
+# attack's T steps on m noises per input make every step costly.
 TRAIN = ["train", "--method", "smoothmix", "--dataset", "digits", "--arch", "digits_cnn",
-         "--sigma", "0.25", "--batch", "64", "--no-progress", "--device", "cpu"]
+         "--sigma", "0.25", "--batch", "64", "--train-size", "128", "--no-progress",
+         "--device", "cpu"]
 
 
 def test_trains_from_the_cli(tmp_path):

@@ -18,6 +18,7 @@ from smoothcert.models.checkpoint import checkpoint_meta, load_checkpoint, save_
 from smoothcert.rng import derived_seed
 from smoothcert.training import TrainConfig, Trainer, train
 from smoothcert.training import loop as train_module
+from smoothcert.training import trainer as trainer_module
 
 # 2 epochs of digits_cnn at batch 32: about 90 SGD steps, a second or two on 2 CPU cores.
 CONFIG = TrainConfig(
@@ -250,7 +251,7 @@ def test_cli_init_from(straight, tmp_path, capsys):
 def test_default_order_is_a_permutation_from_the_shuffle_stream():
     trainer = Trainer(CONFIG)
     order = torch.cat(trainer._batches())
-    gen = torch.Generator().manual_seed(derived_seed(CONFIG.seed, train_module._SHUFFLE))
+    gen = torch.Generator().manual_seed(derived_seed(CONFIG.seed, trainer_module._SHUFFLE))
     assert torch.equal(order, torch.randperm(len(trainer.train_data), generator=gen))
 
 
@@ -348,9 +349,10 @@ def test_a_run_saved_before_the_noise_field_resumes(straight, tmp_path, monkeypa
     path = tmp_path / "checkpoint.pt"
     payload = torch.load(path, weights_only=True)
     config = {k: v for k, v in payload["meta"]["config"].items()
-              if k not in ("noise", "sigma_mode_params")}
+              if k not in ("noise", "sigma_mode_params", "format_version")}
     payload["meta"]["config"] = {**config, "dd_steps": 1, "dd_step_size": 1e-4,
                                  "dd_num_samples": 1, "dd_start_epoch": 0}
+    payload["format_version"] = 1
     torch.save(payload, path)
     uniform = TrainConfig.from_dict({**CONFIG.to_dict(), "noise": "uniform"})
     with pytest.raises(SmoothcertError, match="differs.*noise: checkpoint 'gaussian', asked "

@@ -6,7 +6,7 @@ import pytest
 
 from smoothcert.cli.app import main
 from smoothcert.errors import SmoothcertError
-from smoothcert.evaluation.report import read_run, train_report
+from smoothcert.evaluation.train_report import read_run, train_report
 from smoothcert.models import build_model
 from smoothcert.models.checkpoint import checkpoint_meta, save_checkpoint
 from smoothcert.runs.records import open_records
@@ -67,7 +67,8 @@ def test_not_a_run_folder(tmp_path, capsys):
 
 
 def test_run_folder_without_checkpoint_reads_config_yaml(tmp_path):
-    # results/ keeps config.yaml, log.tsv and the records of a run, not its checkpoint
+    # a published run (a study's records/RUN/) keeps config.yaml, log.tsv and the records, not
+    # its checkpoint
     run = make_run(tmp_path / "cons", method="consistency",
                    hparams={"num_noise": 2, "lbd": 10.0, "eta": 0.5},
                    certify_rows=[(0.5, True), (0.0, False)])

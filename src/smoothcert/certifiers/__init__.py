@@ -8,7 +8,6 @@ from ..registry import import_submodules
 from .certifier import (
     CERTIFIERS,
     CERTIFY_COLUMNS,
-    LEGACY_NAMES,
     Certifier,
     RunContext,
     build_certifier,
@@ -21,7 +20,6 @@ import_submodules(__name__, __path__, skip=("certifier",))
 __all__ = [
     "CERTIFIERS",
     "CERTIFY_COLUMNS",
-    "LEGACY_NAMES",
     "Certifier",
     "RunContext",
     "build_certifier",

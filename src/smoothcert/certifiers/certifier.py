@@ -28,12 +28,6 @@ from ..smoothing.smoothed import Certificate
 
 CERTIFIERS: Registry = Registry("certifier")
 
-LEGACY_NAMES = {"uniform": ("certify", "uniform"),
-                "data-dependent-uniform": ("data-dependent", "uniform")}
-"""Certifier names from before noise was an axis -> (certifier, noise). They keep working, and
-their runs keep the identity (and the record files) they had."""
-
-
 @dataclass(frozen=True)
 class RunContext:
     """What a certifier may use across a run: rows already written (when resuming) included."""

@@ -6,7 +6,8 @@ Algorithm 1, :mod:`smoothcert.smoothing.sigma_optimization`), then CERTIFY with 
 ``memory`` (default) the certificate is passed through the memory of Algorithm 3
 (:class:`Memory`), which makes it a sound certificate of the data-dependent classifier. With
 ``--noise uniform`` (formerly the certifier ``data-dependent-uniform``) the same with uniform
-noise and L1 balls.
+noise and L1 balls. It runs with every noise that has a soft radius for OptimizeSigma
+(:attr:`smoothcert.noise.Noise.soft_radius`) and refuses the others before anything is written.
 
 Guarantee. σ_x is computed from draws of the example's generator that precede, and are
 independent of, CERTIFY's selection and estimation draws; so, per example, with probability
@@ -40,7 +41,7 @@ import numpy as np
 import torch
 
 from ..errors import SmoothcertError, check_bool, check_count, unknown_name
-from ..noise.base import NOISES
+from ..noise.base import NOISES, NoisesWith
 from ..smoothing import sigma_optimization as dd
 from .certifier import CERTIFY_COLUMNS, Certifier, certificate_row, register_certifier
 
@@ -230,7 +231,7 @@ class DataDependent(Certifier):
 
     columns = DD_COLUMNS
     needs_n0 = True
-    noises = ("gaussian", "uniform")
+    noises = NoisesWith("soft_radius")  # OptimizeSigma ascends the noise's soft radius
 
     def __init__(self, *, num_steps: int | None = None, step_size: float | None = None,
                  num_samples: int | None = None, memory: bool = True, clamp=None,

@@ -1,8 +1,9 @@
 """Sequential certification at a grid of radii: CERTIFY's answer per grid radius, far fewer draws.
 
 Per input: ĉ_A from n0 selection draws (as in Cohen et al.'s CERTIFY), then estimation draws in
-looks of growing size until :func:`smoothcert.stats.sequential_tests.certify_levels` can tell which
-grid radii are certified — stopping as soon as the answer can no longer change, capped at n_max.
+looks of growing size until :func:`smoothcert.stats.sequential_levels.certify_levels` can tell
+which grid radii are certified — stopping as soon as the answer can no longer change, capped at
+n_max.
 
 Guarantee (per input): with probability ≥ 1−α over the draws, the returned grid radius r_j
 does not exceed the true radius σΦ⁻¹(p_A) of the smoothed classifier at x — no false
@@ -32,7 +33,8 @@ from .. import radii
 from ..errors import check_count, check_probability
 from ..smoothing.engine import Draws
 from ..smoothing.smoothed import Smoothed
-from ..stats.sequential_tests import SEQUENTIAL_TESTS, SequentialTest, certify_levels, grid
+from ..stats.sequential_levels import certify_levels, grid
+from ..stats.sequential_tests import SEQUENTIAL_TESTS, SequentialTest
 from .certifier import CERTIFY_COLUMNS, Certifier, register_certifier
 
 RADIUS_STEP = 0.25  # spacing of the default grid, as in Cohen et al.'s and Jeong & Shin's tables

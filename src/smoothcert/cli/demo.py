@@ -14,6 +14,7 @@ from ..evaluation.report import report
 from ..io import file_sha256
 from ..runs import RunConfig, run_dataset
 from ..training import TrainConfig, train
+from .common import add_common, command, progress_bars, resolve_device
 
 SIGMA = 0.25
 TRAIN = TrainConfig(dataset="digits", arch="digits_cnn", method="gaussian", sigma=SIGMA,
@@ -25,6 +26,8 @@ RADII = "0:1:0.125"
 
 
 def run_demo(out, device="cpu", progress=True) -> str:
+    """Train, certify and report into folder ``out``, each step resumed from its files there;
+    the markdown table printed last is returned."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     # one line per step, so that a log without progress bars (not a terminal) still says where
@@ -43,3 +46,15 @@ def run_demo(out, device="cpu", progress=True) -> str:
     print(table)
     print(f"records: {records}\nplot: {out / 'certified_accuracy.png'}")
     return table
+
+
+def _demo_args(p):
+    p.add_argument("--out", default="runs/demo", help="folder for the demo's files")
+    add_common(p)
+
+
+@command(
+    "demo", "train a digits CNN with Gaussian noise, certify its test split, report", _demo_args
+)
+def cmd_demo(args):
+    run_demo(args.out, device=resolve_device(args.device), progress=progress_bars(args))

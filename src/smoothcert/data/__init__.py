@@ -1,20 +1,15 @@
-"""Datasets: the registry, the in-memory sets and the streamed image folders.
+"""Datasets: the registry, the in-memory sets, their file formats and augmentations, and the
+streamed image folders.
 
-Importing the package registers every dataset (``image_folders`` registers ``imagenet`` and
-``imagefolder``).
+Importing the package registers every dataset (``formats`` registers ``mnist``,
+``fashion-mnist`` and ``cifar10``, ``datasets`` registers ``digits``, ``image_folders``
+registers ``imagenet`` and ``imagefolder``).
 """
 
-from . import image_folders  # noqa: F401  (registers the streamed folder datasets)
-from .datasets import (
-    DATASETS,
-    SPLITS,
-    DatasetSpec,
-    ImageDataset,
-    balanced_subset,
-    dataset_spec,
-    load_dataset,
-    read_idx,
-)
+from . import formats, image_folders  # noqa: F401  (register their datasets)
+from .datasets import ImageDataset, balanced_subset, load_dataset
+from .formats import read_idx
+from .registry import DATASETS, SPLITS, DatasetSpec, dataset_spec
 
 __all__ = ["DATASETS", "SPLITS", "DatasetSpec", "ImageDataset", "balanced_subset",
            "dataset_spec", "load_dataset", "read_idx"]

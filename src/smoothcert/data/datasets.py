@@ -1,116 +1,37 @@
-"""Dataset registry: whole datasets held in memory as uint8 tensors, batched on their device.
+"""Whole datasets held in memory as uint8 tensors, batched on their device, and ``digits``.
 
 A dataset is an :class:`ImageDataset`: ``images`` (N, C, H, W) uint8 and ``labels`` (N,) int64,
 with ``scale`` mapping stored values to pixels in [0, 1] (``pixel = images.float() * scale``).
 :meth:`ImageDataset.batch` returns float32 pixels on the dataset's device, ready for noise.
+:func:`load_dataset` reads a split of any dataset in the registry (:mod:`.registry`; the file
+readers are in :mod:`.formats`), :func:`balanced_subset` fixes a class-balanced training subset,
+and :func:`data_files` describes the files read, for run manifests.
 
 Normalization statistics (per-channel mean and std) belong to the :class:`DatasetSpec` and go into
 the model's first layer (``NormalizeLayer``); they are never applied to the data, so noise and
 certified radii live in pixel units (Cohen et al. 2019, ``datasets.py``).
-
-Data are read by our own readers of the original formats (IDX for (Fashion-)MNIST, the python
-pickle batches for CIFAR-10), so tests can build tiny files in those formats and nothing needs a
-network. torchvision is used only to download, when asked to and when nothing is found locally.
 """
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
-import gzip
 import math
 import os
-import pickle
 import time
-import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..errors import SmoothcertError
 from ..io import file_sha256
-from ..registry import Registry
+from .registry import SPLITS, DatasetSpec, dataset_spec, register_dataset
 
-SPLITS = ("train", "test")
-
-# Where the Debian package ``dataset-fashion-mnist`` puts the four gzipped IDX files.
-FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
-
-# (images uint8 (N, C, H, W), labels int64 (N,), scale[, files read]) from (split, data_root,
-# download); the optional fourth item lists the paths read, for run manifests (data_files).
-# (String parts keep the alias valid at run time on Python 3.9.)
-Loader = Callable[[str, "Path | None", bool], "tuple[torch.Tensor, torch.Tensor, float]"]
 # Files up to this size are fingerprinted by their SHA-256 in a run's manifest (a few ms per
 # MiB: every dataset file we read, CIFAR-10's 31 MB batches included); larger ones by size and
 # modification time only.
 HASHED_FILE_BYTES = 64 << 20
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """What a dataset is, independent of where its files are.
-
-    ``mean`` and ``std`` are per-channel statistics of pixels in [0, 1]; they parametrize the
-    model's ``NormalizeLayer``. ``augmentation`` names an entry of :data:`AUGMENTATIONS` used for
-    training.
-    """
-
-    name: str
-    num_classes: int
-    input_shape: tuple[int, int, int]  # (C, H, W)
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    augmentation: str
-    """The training augmentation: a name in :data:`AUGMENTATIONS`."""
-    loader: Loader | None
-    # Streamed image folders (``image_folders.py``): ``opener(spec, split, data_root,
-    # image_size)`` scans the folder and returns a FolderDataset; ``loader`` is then None and
-    # ``num_classes`` 0 when the folder decides it.
-    opener: Callable | None = None
-
-    @property
-    def streamed(self) -> bool:
-        """Whether examples are decoded from files as they are needed (an image folder)."""
-        return callable(self.opener)
-
-
-DATASETS: Registry = Registry("dataset")
-
-
-def register_dataset(
-    name: str,
-    *,
-    num_classes: int,
-    input_shape: tuple[int, int, int],
-    mean: tuple[float, ...],
-    std: tuple[float, ...],
-    augmentation: str = "none",
-) -> Callable[[Loader], Loader]:
-    """Decorator: register ``loader`` under ``name`` with the dataset's fixed properties."""
-
-    def wrap(loader: Loader) -> Loader:
-        spec = (name, num_classes, tuple(input_shape), tuple(mean), tuple(std), augmentation)
-        DATASETS.register(name)(DatasetSpec(*spec, loader))
-        return loader
-
-    return wrap
-
-
-def register_folder_dataset(name: str, *, num_classes: int, image_size: int,
-                            mean: tuple[float, ...], std: tuple[float, ...],
-                            opener: Callable) -> None:
-    """Register a streamed image-folder dataset (RGB, ``image_size`` square by default)."""
-    spec = DatasetSpec(name, num_classes, (3, image_size, image_size), tuple(mean), tuple(std),
-                       "none", None, opener)
-    DATASETS.register(name)(spec)
-
-
-def dataset_spec(name: str) -> DatasetSpec:
-    return DATASETS[name]
 
 
 @dataclass(frozen=True)
@@ -287,11 +208,6 @@ def _check_loaded(spec: DatasetSpec, images: torch.Tensor, labels: torch.Tensor)
         )
 
 
-def default_cache_dir() -> Path:
-    """Where downloads go when no ``data_root`` is given: ``~/.cache/smoothcert``."""
-    return Path("~/.cache/smoothcert").expanduser()
-
-
 # ---------------------------------------------------------------------------------------------
 # digits: scikit-learn's bundled 8×8 handwritten digits (UCI optdigits test set, 1,797 images).
 
@@ -338,294 +254,3 @@ def _digits_file() -> Path:
     import sklearn.datasets
 
     return Path(sklearn.datasets.__file__).parent / "data" / "digits.csv.gz"
-
-
-# ---------------------------------------------------------------------------------------------
-# IDX files (LeCun's MNIST format, also used by Fashion-MNIST).
-
-_IDX_STEMS = {
-    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
-}
-
-
-def read_idx(path: str | os.PathLike) -> np.ndarray:
-    """Read an unsigned-byte IDX file (plain, or gzipped when the name ends in ``.gz``).
-
-    Layout: magic ``00 00 08 ndim``, ``ndim`` big-endian uint32 sizes, then exactly
-    prod(sizes) bytes. Anything else raises :class:`SmoothcertError`.
-    """
-    path = Path(path)
-    raw = _read_bytes(path)
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or not 1 <= raw[3] <= 4:
-        raise SmoothcertError(f"{path} is not an unsigned-byte IDX file (bad magic number)")
-    ndim = raw[3]
-    header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise SmoothcertError(f"{path} is truncated (incomplete IDX header); download it again")
-    shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    if len(raw) - header != math.prod(shape):
-        raise SmoothcertError(
-            f"{path} holds {len(raw) - header} data bytes but its header says {shape} "
-            f"({math.prod(shape)}); the file is truncated or corrupt, download it again"
-        )
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as f:
-                return f.read()
-        return path.read_bytes()
-    except (OSError, EOFError, zlib.error) as err:
-        raise SmoothcertError(f"cannot read {path} ({err}); download it again") from err
-
-
-def _idx_file(folder: Path, stem: str) -> Path | None:
-    for candidate in (folder / stem, folder / f"{stem}.gz"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _find_idx_pair(folders: list[Path], split: str) -> tuple[Path, Path] | None:
-    """The first folder holding both the image and label IDX files of ``split``."""
-    for folder in folders:
-        pair = tuple(_idx_file(folder, stem) for stem in _IDX_STEMS[split])
-        if all(pair):
-            return pair
-    return None
-
-
-def _read_idx_pair(pair: tuple[Path, Path]) -> tuple[torch.Tensor, torch.Tensor, float]:
-    images, labels = read_idx(pair[0]), read_idx(pair[1])
-    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-        raise SmoothcertError(
-            f"{pair[0]} and {pair[1]} do not form an image/label pair "
-            f"(shapes {images.shape} and {labels.shape})"
-        )
-    images = torch.from_numpy(images.copy()).unsqueeze(1)  # (N, 1, H, W)
-    return images, torch.from_numpy(labels.astype(np.int64)), 1.0 / 255.0, list(pair)
-
-
-@dataclass(frozen=True)
-class _IdxSource:
-    name: str  # our dataset name, also a sub-folder of data_root
-    torchvision_class: str  # also torchvision's folder: <root>/<class>/raw
-    system_dirs: tuple[Path, ...] = ()
-    install_hint: str = ""
-
-    def folders(self, data_root: Path | None) -> list[Path]:
-        """Search order: data_root, data_root/<name>, torchvision's layout, system folders; with
-        no data_root, the system folders, then where an earlier download went."""
-        if data_root is None:
-            return [*self.system_dirs, default_cache_dir() / self.torchvision_class / "raw"]
-        tv_raw = data_root / self.torchvision_class / "raw"
-        return [data_root, data_root / self.name, tv_raw, *self.system_dirs]
-
-    def load(self, split: str, data_root: Path | None, download: bool):
-        folders = self.folders(data_root)
-        pair = _find_idx_pair(folders, split)
-        if pair is None and download:
-            pair = self._download(split, data_root or default_cache_dir())
-        if pair is None:
-            raise self._not_found(folders, download)
-        return _read_idx_pair(pair)
-
-    def _download(self, split: str, root: Path) -> tuple[Path, Path] | None:
-        import torchvision.datasets
-
-        try:
-            getattr(torchvision.datasets, self.torchvision_class)(
-                root=str(root), train=split == "train", download=True
-            )
-        except Exception:  # no network, a proxy error, ...: report what we looked for below
-            return None
-        return _find_idx_pair([root / self.torchvision_class / "raw"], split)
-
-    def _not_found(self, folders: list[Path], download: bool) -> SmoothcertError:
-        looked = ", ".join(str(f) for f in folders)
-        tried = "download failed" if download else "download disabled"
-        return SmoothcertError(
-            f"{self.name} IDX files not found (looked in {looked}; {tried}); "
-            f"{self.install_hint}pass --data-root pointing to a folder with the IDX files"
-        )
-
-
-# Normalization: the commonly used training-set statistics of pixels in [0, 1], as in the PyTorch
-# MNIST example (0.1307, 0.3081) and for Fashion-MNIST (0.2860, 0.3530; matches the train split of
-# the Debian package to 4 decimals: mean 0.28604, population std 0.35302).
-_MNIST = _IdxSource("mnist", "MNIST")
-_FASHION = _IdxSource(
-    "fashion-mnist",
-    "FashionMNIST",
-    install_hint="install them with `apt-get install dataset-fashion-mnist` or ",
-)
-
-
-@register_dataset("mnist", num_classes=10, input_shape=(1, 28, 28), mean=(0.1307,), std=(0.3081,))
-def _load_mnist(split: str, data_root: Path | None, download: bool):
-    return _MNIST.load(split, data_root, download)
-
-
-@register_dataset(
-    "fashion-mnist", num_classes=10, input_shape=(1, 28, 28), mean=(0.2860,), std=(0.3530,)
-)
-def _load_fashion_mnist(split: str, data_root: Path | None, download: bool):
-    # The system folder is read at call time, so tests can point it elsewhere.
-    source = dataclasses.replace(_FASHION, system_dirs=(FASHION_MNIST_SYSTEM_DIR,))
-    return source.load(split, data_root, download)
-
-
-# ---------------------------------------------------------------------------------------------
-# CIFAR-10: the python pickle batches of cifar-10-python.tar.gz.
-
-_CIFAR_DIR = "cifar-10-batches-py"
-_CIFAR_FILES = {"train": tuple(f"data_batch_{i}" for i in range(1, 6)), "test": ("test_batch",)}
-
-
-class _ArrayUnpickler(pickle.Unpickler):
-    """Unpickles dicts of numpy arrays and nothing else: a data file must not run code."""
-
-    def find_class(self, module: str, name: str):
-        reconstruct = np.empty(0).__reduce__()[0]  # numpy's _reconstruct, whatever its module
-        allowed = {
-            ("numpy.core.multiarray", "_reconstruct"): reconstruct,
-            ("numpy._core.multiarray", "_reconstruct"): reconstruct,
-            ("numpy", "ndarray"): np.ndarray,
-            ("numpy", "dtype"): np.dtype,
-            ("_codecs", "encode"): codecs.encode,  # how python 3 pickles bytes at protocol 2
-        }
-        if (module, name) not in allowed:
-            raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
-        return allowed[(module, name)]
-
-
-def read_cifar_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """One CIFAR-10 python batch: images (N, 3, 32, 32) uint8 and labels (N,) int64.
-
-    The file is a pickled dict with ``b'data'`` (N, 3072) uint8, rows laid out as 1024 red,
-    1024 green, 1024 blue values in row-major order, and ``b'labels'`` (N ints).
-    """
-    path = Path(path)
-    try:
-        with path.open("rb") as f:
-            batch = _ArrayUnpickler(f, encoding="bytes").load()
-        data = np.asarray(batch[b"data"], dtype=np.uint8)
-        labels = np.asarray(batch[b"labels"], dtype=np.int64)
-    except Exception as err:  # truncated pickle, foreign object, missing key, ...
-        raise SmoothcertError(
-            f"{path} is not a readable CIFAR-10 python batch ({err}); download it again"
-        ) from err
-    if data.ndim != 2 or data.shape[1] != 3072 or labels.shape != (len(data),):
-        raise SmoothcertError(
-            f"{path} is not a CIFAR-10 batch: data {data.shape}, labels {labels.shape}"
-        )
-    return data.reshape(-1, 3, 32, 32), labels
-
-
-def _find_cifar_dir(folders: list[Path], split: str) -> Path | None:
-    for folder in folders:
-        if all((folder / name).is_file() for name in _CIFAR_FILES[split]):
-            return folder
-    return None
-
-
-def _read_cifar_split(folder: Path, split: str):
-    files = [folder / name for name in _CIFAR_FILES[split]]
-    parts = [read_cifar_batch(path) for path in files]
-    images = torch.from_numpy(np.concatenate([p[0] for p in parts]))
-    labels = torch.from_numpy(np.concatenate([p[1] for p in parts]))
-    return images, labels, 1.0 / 255.0, files
-
-
-def _download_cifar(root: Path) -> None:
-    import torchvision.datasets
-
-    # torchvision only fetches and unpacks here; reading is ours (its reader checks md5 sums).
-    try:
-        torchvision.datasets.CIFAR10(root=str(root), train=False, download=True)
-    except Exception:  # no network, a proxy error, ...: the caller reports what it looked for
-        return
-
-
-# Normalization as in Cohen et al.'s datasets.py (_CIFAR10_MEAN, _CIFAR10_STDDEV), which the
-# released checkpoints were trained with.
-@register_dataset(
-    "cifar10",
-    num_classes=10,
-    input_shape=(3, 32, 32),
-    mean=(0.4914, 0.4822, 0.4465),
-    std=(0.2023, 0.1994, 0.2010),
-    augmentation="crop_flip",
-)
-def _load_cifar10(split: str, data_root: Path | None, download: bool):
-    root = data_root or default_cache_dir()
-    folders = [root / _CIFAR_DIR] + ([data_root] if data_root is not None else [])
-    folder = _find_cifar_dir(folders, split)
-    if folder is None and download:
-        _download_cifar(root)
-        folder = _find_cifar_dir([root / _CIFAR_DIR], split)
-    if folder is None:
-        looked = ", ".join(str(f) for f in folders)
-        tried = "download failed" if download else "download disabled"
-        raise SmoothcertError(
-            f"cifar10 batches not found (looked in {looked}; {tried}); pass --data-root pointing "
-            f"to a folder containing {_CIFAR_DIR}/ from cifar-10-python.tar.gz"
-        )
-    return _read_cifar_split(folder, split)
-
-
-# ---------------------------------------------------------------------------------------------
-# Training augmentations: batched, on x's device, randomness from an explicit generator.
-
-Augmentation = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
-AUGMENTATIONS: Registry = Registry("augmentation")
-register_augmentation = AUGMENTATIONS.register
-
-
-def augment(kind: str, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Apply augmentation ``kind`` to a batch x (B, C, H, W); ``generator`` lives on x's device."""
-    return AUGMENTATIONS[kind](x, generator)
-
-
-@register_augmentation("none")
-def _identity(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    return x
-
-
-CROP_PADDING = 4  # pixels of zero padding per side, as torchvision RandomCrop(32, padding=4)
-
-
-@register_augmentation("crop_flip")
-def _random_crop_flip(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Random crop from the zero-padded image, then horizontal flip with probability ½.
-
-    The distribution of torchvision's ``RandomCrop(H, padding=4)`` + ``RandomHorizontalFlip()``
-    used by Cohen et al. for CIFAR-10: offsets uniform on {0, …, 8} per axis and sample.
-    """
-    b, device = x.shape[0], x.device
-    top = torch.randint(0, 2 * CROP_PADDING + 1, (b,), generator=generator, device=device)
-    left = torch.randint(0, 2 * CROP_PADDING + 1, (b,), generator=generator, device=device)
-    flip = torch.rand(b, generator=generator, device=device) < 0.5
-    return crop_and_flip(x, top, left, flip, CROP_PADDING)
-
-
-def crop_and_flip(
-    x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, flip: torch.Tensor, padding: int
-) -> torch.Tensor:
-    """Per-sample crops of the zero-padded batch, mirrored where ``flip``; no Python loop.
-
-    x (B, C, H, W); ``top``, ``left`` (B,) int offsets in [0, 2·padding] into the padded image;
-    ``flip`` (B,) bool. Output (B, C, H, W): out[i] = padded[i, :, top_i:top_i+H, left_i:left_i+W],
-    reversed along W where flip[i].
-    """
-    b, _, h, w = x.shape
-    padded = F.pad(x, (padding, padding, padding, padding)).permute(0, 2, 3, 1)  # (B, H', W', C)
-    rows = top[:, None] + torch.arange(h, device=x.device)  # (B, H)
-    cols = left[:, None] + torch.arange(w, device=x.device)  # (B, W)
-    cols = torch.where(flip[:, None], cols.flip(1), cols)
-    batch = torch.arange(b, device=x.device)[:, None, None]
-    out = padded[batch, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
-    return out.permute(0, 3, 1, 2).contiguous()

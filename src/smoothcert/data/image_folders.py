@@ -31,7 +31,7 @@ import torch
 
 from ..errors import SmoothcertError, check_count
 from ..rng import derived_seed
-from .datasets import SPLITS, DatasetSpec, register_folder_dataset
+from .registry import SPLITS, DatasetSpec, register_folder_dataset
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 # Folder names of the evaluation split, in the order they are looked for.

@@ -137,8 +137,8 @@ def easy_hard(result: GradNorms) -> EasyHard:
 
 
 def easy_hard_table(summary: EasyHard):
-    """A :class:`smoothcert.evaluation.report.Table`: one row each for easy, hard and easy/hard."""
-    from .report import Table
+    """A :class:`smoothcert.evaluation.tables.Table`: one row each for easy, hard and easy/hard."""
+    from .tables import Table
 
     return Table(
         keys=("group", "p_hat", "count", "mean_grad_norm"),
@@ -316,8 +316,10 @@ def grad_norm_file(out, checkpoint_path, method: str | None = None, params: dict
     _check_writable(out)
     result = checkpoint_grad_norms(checkpoint_path, method, params, batch_size=batch_size,
                                    data_root=data_root, progress=progress, **selection)
-    write_grad_norms(out, result, {"kind": "grad-norms", "identity": identity,
-                                   "checkpoint": str(checkpoint_path)})
+    from ..upgrade import GRAD_NORMS_VERSION, VERSION_KEY
+
+    write_grad_norms(out, result, {"kind": "grad-norms", VERSION_KEY: GRAD_NORMS_VERSION,
+                                   "identity": identity, "checkpoint": str(checkpoint_path)})
     return result
 
 
@@ -349,7 +351,7 @@ def _check_writable(out: Path) -> None:
 
 # --------------------------------------------------------------------------- Sun et al.'s Table 1
 def easy_hard_comparison(paths: Sequence, acr: Sequence | None = None):
-    """Sun et al.'s Table 1 from grad-norm files: a :class:`smoothcert.evaluation.report.Table`
+    """Sun et al.'s Table 1 from grad-norm files: a :class:`smoothcert.evaluation.tables.Table`
     with one row
     per file — its name (:func:`~smoothcert.runs.records.distinct_labels`), its examples, the
     count and mean ‖∇_θ L‖₂ of easy and of hard examples (:func:`easy_hard`; p̂_A = ½ is in
@@ -357,7 +359,7 @@ def easy_hard_comparison(paths: Sequence, acr: Sequence | None = None):
     the same order) the ACR of each
     (:func:`~smoothcert.evaluation.metrics.average_certified_radius`)."""
     from ..runs.records import distinct_labels
-    from .report import Table
+    from .tables import Table
 
     paths = list(paths)
     if not paths:

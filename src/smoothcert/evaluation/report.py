@@ -1,4 +1,4 @@
-"""Tables of record files (and of training runs), generated from files, never edited by hand.
+"""Tables of record files, generated from files, never edited by hand.
 
 Columns: name, n, clean accuracy, abstention rate, ACR, then certified accuracy at each radius
 (``r=0.25``, ...). ``md`` and ``latex`` show accuracies in percent with one decimal and ACR with
@@ -20,28 +20,18 @@ attacks count), then the attack curve at each distance (``d<=0.25``: fraction fl
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
-import json
-import math
 import os
-import re
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Sequence
 
 import numpy as np
-import yaml
 
 from ..errors import SmoothcertError
-from ..io import read_tsv, write_text_atomic
-from ..registry import Registry
-from ..runs.records import distinct_labels, read_manifest, read_records
+from ..runs.records import distinct_labels, read_records
 from .metrics import (
     Agreement,
     AttackSummary,
     Summary,
-    average_certified_radius,
     certified_accuracy_envelope,
     certified_agreement,
     is_attack_records,
@@ -49,27 +39,7 @@ from .metrics import (
     summarize,
     summarize_attack,
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class Table:
-    """A report table: raw values per row, and per column a key (csv/json), a header (md/latex)
-    and a style saying how md/latex show the value (``text``, ``int``, ``percent``, ``float4``,
-    ``float3``, ``float2``). Missing values are None."""
-
-    keys: tuple
-    headers: tuple
-    styles: tuple
-    rows: tuple
-
-
-Formatter = Callable[[Table], str]
-FORMATS: Registry = Registry("report format")  # Table -> text
-register_format = FORMATS.register
-
-
-def get_format(name: str) -> Formatter:
-    return FORMATS[name]
+from .tables import Table, get_format
 
 
 def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool = False,
@@ -321,234 +291,3 @@ def _values(s: Summary) -> list:
     """The row as numbers (fractions), None where a PREDICT file has no value."""
     cert = list(s.certified_accuracy) if s.has_radius else [None] * len(s.radii)
     return [s.clean_accuracy, s.abstention_rate, s.acr, *cert]
-
-
-_STYLES = {
-    "text": str,
-    "int": lambda v: str(int(v)),
-    "percent": lambda v: f"{100 * v:.1f}%",
-    "float3": lambda v: f"{v:.3f}",
-    "signed3": lambda v: f"{v:+.3f}",
-    "float4": lambda v: f"{v:.4f}",
-    "float2": lambda v: f"{v:.2f}",
-}
-
-
-def _display(table: Table, missing: str) -> list[list[str]]:
-    """Cells as md/latex show them (the percent sign is added back by LaTeX's escaping)."""
-    return [[missing if v is None else _STYLES[style](v) for v, style in zip(row, table.styles)]
-            for row in table.rows]
-
-
-# --------------------------------------------------------------------------- formats
-@register_format("md")
-def format_markdown(table: Table) -> str:
-    """A GitHub markdown table; accuracies in percent."""
-    rows = [[_md_escape(row[0]), *row[1:]] for row in _display(table, "–")]
-    align = ["---" if style == "text" else "---:" for style in table.styles]
-    lines = ["| " + " | ".join(cells) + " |" for cells in [list(table.headers), align, *rows]]
-    return "\n".join(lines) + "\n"
-
-
-@register_format("latex")
-def format_latex(table: Table) -> str:
-    """A ``tabular`` with booktabs rules (``\\usepackage{booktabs}``); accuracies in percent."""
-    header = [_latex_header(h) for h in table.headers]
-    rows = [[_latex_escape(cell) if cell != "--" else cell for cell in row]
-            for row in _display(table, "--")]
-    lines = [
-        r"\begin{tabular}{" + "".join("l" if s == "text" else "r" for s in table.styles) + "}",
-        r"\toprule",
-        " & ".join(header) + r" \\",
-        r"\midrule",
-        *(" & ".join(cells) + r" \\" for cells in rows),
-        r"\bottomrule",
-        r"\end{tabular}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _latex_header(header: str) -> str:
-    if header.startswith("r=") or header == "n":
-        return f"${header}$"
-    if header.startswith("σ_x "):
-        return f"$\\sigma_x$ {header[4:]}"
-    if header.startswith("d≤"):
-        return f"$d \\le {header[2:]}$"
-    return _latex_escape(header)
-
-
-@register_format("csv")
-def format_csv(table: Table) -> str:
-    """Comma-separated, header line first; fractions at full precision, empty when missing."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(table.keys)
-    for row in table.rows:
-        writer.writerow(["" if v is None else _csv_cell(v) for v in row])
-    return out.getvalue()
-
-
-def _csv_cell(value) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-@register_format("json")
-def format_json(table: Table) -> str:
-    """A list of objects, one per row; fractions as floats, null when missing."""
-    rows = [dict(zip(table.keys, (_json_value(v) for v in row))) for row in table.rows]
-    return json.dumps(rows, indent=2) + "\n"
-
-
-def _json_value(value):
-    """Plain JSON: numpy scalars as Python numbers; an infinite value (a median distance when
-    most attacks failed) as null, since JSON has no infinity."""
-    value = value.item() if isinstance(value, np.generic) else value
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-# --------------------------------------------------------------------------- escaping
-def _md_escape(text: str) -> str:
-    return text.replace("|", r"\|")
-
-
-_LATEX_SPECIALS = {
-    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-}
-
-
-def _latex_escape(text: str) -> str:
-    return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in text)
-
-
-# --------------------------------------------------------------------------- training cost
-@dataclasses.dataclass(frozen=True)
-class TrainRun:
-    """What a run folder says about the cost of its training (Jeong & Shin's Table 3 columns)."""
-
-    name: str
-    method: str
-    num_hparams: int
-    epochs: int
-    seconds_per_epoch: float
-    peak_mem_mb: float | None  # None for runs logged before memory was recorded
-    acr: float | None  # of the first CERTIFY record file in the folder, if any
-
-
-def read_run(run_dir, name: str | None = None) -> TrainRun:
-    """Summarize a training run folder: log.tsv, the method from checkpoint.pt (or, where the
-    checkpoint stays out of git, from the config.yaml the trainer writes beside it) and the ACR of
-    the first CERTIFY record file in it."""
-    run_dir = Path(run_dir)
-    _check_run_folder(run_dir)
-    log = _read_log(run_dir / "log.tsv")
-    method, hparams, num_hparams = _run_method(run_dir)
-    return TrainRun(
-        name=name or run_dir.name,
-        method=method,
-        num_hparams=num_hparams if num_hparams is not None else len(hparams),
-        epochs=len(log["seconds"]),
-        seconds_per_epoch=float(np.mean(log["seconds"])),
-        peak_mem_mb=float(np.max(log["peak_mem_mb"])) if "peak_mem_mb" in log else None,
-        acr=_run_acr(run_dir),
-    )
-
-
-def _check_run_folder(run_dir: Path) -> None:
-    if not ((run_dir / "checkpoint.pt").is_file() or (run_dir / "config.yaml").is_file()):
-        raise SmoothcertError(
-            f"{run_dir} is not a training run folder (no checkpoint.pt or config.yaml)")
-
-
-def _run_method(run_dir: Path) -> tuple[str, dict, int | None]:
-    """(method name, hyperparameters, recorded #HP or None) of a run folder."""
-    if (run_dir / "checkpoint.pt").is_file():
-        from ..models.checkpoint import load_checkpoint
-
-        meta = load_checkpoint(run_dir / "checkpoint.pt").meta
-        hparams = meta["method"].get("hparams", {})
-        return meta["method"]["name"], hparams, meta.get("num_hparams")
-    try:
-        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-        return config["method"], dict(config.get("method_params") or {}), None
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
-        raise SmoothcertError(f"cannot read the method of {run_dir / 'config.yaml'}: {e}") from e
-
-
-def _read_log(path: Path) -> dict:
-    """The columns of a training log.tsv (it has the record-file layout, keyed by ``epoch``)."""
-    try:
-        lines = read_tsv(path)  # complete lines: not a row being written
-    except OSError as e:
-        raise SmoothcertError(f"cannot read training log {path}: {e.strerror}") from e
-    header, rows = lines[0] if lines else [], [row for row in lines[1:] if row != [""]]
-    if not rows:
-        raise SmoothcertError(f"training log {path} has no completed epoch")
-    return {k: np.array([float(r[i]) for r in rows]) for i, k in enumerate(header)}
-
-
-def _run_acr(run_dir: Path) -> float | None:
-    for path in sorted(run_dir.glob("*.tsv")):
-        manifest = read_manifest(path)
-        if manifest is not None and manifest.get("kind") == "certify":
-            return average_certified_radius(read_records(path))
-    return None
-
-
-def training_table(runs: Sequence[TrainRun]) -> Table:
-    return Table(
-        keys=("name", "method", "num_hparams", "epochs", "seconds_per_epoch", "peak_mem_mb",
-              "acr"),
-        headers=("name", "method", "#HP", "epochs", "s/epoch", "peak MB", "ACR"),
-        styles=("text", "text", "int", "int", "float2", "float2", "float3"),
-        rows=tuple(dataclasses.astuple(r) for r in runs),
-    )
-
-
-def train_report(run_dirs: Iterable, fmt: str = "md") -> str:
-    """The training-cost table of run folders: method, #HP, seconds per epoch, peak memory, ACR."""
-    formatter = get_format(fmt)
-    paths, labels = _paths_and_labels(run_dirs, folders=True)
-    return formatter(training_table([read_run(p, label) for p, label in zip(paths, labels)]))
-
-
-# --------------------------------------------------------------------------- generated blocks
-def block_markers(name: str) -> tuple[str, str]:
-    """The comment lines that open and close the generated block ``name`` of a Markdown file."""
-    return f"<!-- report:{name} -->", f"<!-- /report:{name} -->"
-
-
-def splice_block(doc, name: str, text: str) -> None:
-    """Replace the lines between the markers of block ``name`` in ``doc`` by ``text``.
-
-    Lets a hand-written document (docs/RESULTS.md) hold tables that are only ever written by
-    ``smoothcert report``: regenerating them rewrites the blocks and leaves the prose alone. The
-    document is rewritten atomically, so a failure leaves it as it was.
-    """
-    doc = Path(doc)
-    lines, start, end = _block_span(doc, name)
-    body = text if text.endswith("\n") else text + "\n"
-    write_text_atomic(doc, "".join(lines[:start + 1]) + body + "".join(lines[end:]))
-
-
-def check_block(doc, name: str) -> None:
-    """Raise unless ``doc`` holds the block ``name`` exactly once (so a report fails before it
-    computes anything)."""
-    _block_span(Path(doc), name)
-
-
-def _block_span(doc: Path, name: str) -> tuple[list[str], int, int]:
-    if not re.fullmatch(r"[A-Za-z0-9_.]+", name):
-        raise SmoothcertError(f"block name {name!r}: use letters, digits, '_' or '.'")
-    if not doc.is_file():
-        raise SmoothcertError(f"document {doc} does not exist")
-    lines = doc.read_text(encoding="utf-8").splitlines(keepends=True)
-    opening, closing = block_markers(name)
-    starts = [i for i, line in enumerate(lines) if line.strip() == opening]
-    ends = [i for i, line in enumerate(lines) if line.strip() == closing]
-    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
-        raise SmoothcertError(
-            f"{doc} must hold the block {name!r} once: a line {opening} followed by a line "
-            f"{closing} (found {len(starts)} opening and {len(ends)} closing lines)")
-    return lines, starts[0], ends[0]

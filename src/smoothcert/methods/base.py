@@ -2,8 +2,9 @@
 
 A method turns a batch into a dict of losses; the one trainer loop (``train.py``) minimises
 ``"loss"``, measures accuracy from ``"logits"`` and logs every other scalar entry without knowing
-which method produced it. Hyperparameters are keyword-only constructor arguments with defaults;
-:func:`build_method` is the boundary that checks them.
+which method produced it. A method's hyperparameters are one frozen dataclass, its nested
+``Options`` (fields declared with :func:`smoothcert.registry.option`); :func:`build_method`,
+like any constructor call, checks them through :func:`smoothcert.registry.parse_options`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..registry import Registry, keyword_defaults
+from ..registry import Configurable, Registry, option_defaults
 from ..tensors import copies
 
 METHODS: Registry = Registry("method")
@@ -33,12 +34,13 @@ def register_method(name: str) -> Callable[[type[TrainingMethod]], type[Training
 
 
 def build_method(name: str, **hparams: Any) -> TrainingMethod:
-    """The registered method ``name`` with the given hyperparameters (the rest at their defaults).
+    """The registered method ``name`` with the given hyperparameters (the rest at their defaults;
+    typed values or ``KEY=VALUE`` text).
 
     Raises :class:`SmoothcertError` for an unknown name, an unknown hyperparameter or an invalid
     value, naming the valid choices.
     """
-    return METHODS.build(name, "hyperparameter", **hparams)
+    return METHODS[name](**hparams)
 
 
 @dataclass(frozen=True)
@@ -65,15 +67,18 @@ class EpochContext:
     config: Any = None  # smoothcert.training.TrainConfig
 
 
-class TrainingMethod(abc.ABC):
+class TrainingMethod(Configurable, abc.ABC):
     """A training objective for the base classifier of a smoothed classifier.
 
-    Subclasses take their hyperparameters as keyword-only ``__init__`` arguments with defaults,
-    validate them there (raising :class:`SmoothcertError`), store each as an attribute of the same
-    name, and implement :meth:`loss`.
+    Subclasses declare their hyperparameters as a nested frozen dataclass ``Options`` (typed
+    fields with defaults and one-line docs, ranges checked in its ``__post_init__`` raising
+    :class:`SmoothcertError`), read them as attributes of the same name (``self.lbd``), put
+    state derived from them in :meth:`setup`, and implement :meth:`loss`. Built as
+    ``Method(**hparams)`` or ``Method(Method.Options(...))``.
     """
 
-    name: str = ""
+    plugin_kind = "method"
+    option_word = "hyperparameter"
 
     noises: tuple | None = None
     """The noise names (``smoothcert.noise.NOISES``) the loss is written for; None: any noise.
@@ -86,16 +91,12 @@ class TrainingMethod(abc.ABC):
 
     @classmethod
     def hparam_names(cls) -> list[str]:
-        """The keyword-only constructor arguments, in declaration order."""
-        return list(keyword_defaults(cls))
+        """The hyperparameters' names, in declaration order."""
+        return list(option_defaults(cls.Options))
 
     def hparams(self) -> dict[str, Any]:
         """Hyperparameters as plain Python values (stored in checkpoints and configs)."""
-        return {k: getattr(self, k) for k in self.hparam_names()}
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.hparams().items())
-        return f"{type(self).__name__}({args})"
+        return self.option_values()
 
     @abc.abstractmethod
     def loss(

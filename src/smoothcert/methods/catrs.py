@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +16,7 @@ from ..errors import (
     check_nonnegative,
     check_positive_finite,
 )
+from ..registry import option
 from ..smoothing.attacks import draw_noises, noisy_logits
 from ..tensors import copies, eval_mode
 from .base import TrainingMethod, register_method
@@ -130,30 +132,31 @@ class CATRS(TrainingMethod):
 
     supports_per_sample_sigma = True  # every step acts on noise rows; draws take a (B,) σ
 
-    def __init__(
-        self,
-        *,
-        num_noise: int = 4,
-        epsilon: float = 1.0,
-        num_steps: int = 4,
-        lbd: float = 1.0,
-        confidence_mask: bool = False,
-        double_epsilon_epoch: int | None = None,
-        target: str = "self",
-        teacher_checkpoint: str | None = None,
-        teacher_sigma: float = 0.25,
-        teacher_draws: int = 16,
-    ):
-        self.num_noise = check_count("num_noise", num_noise)  # m: noises per input
-        self.epsilon = check_nonnegative("epsilon", epsilon)  # ε: L2 attack radius, pixel units
-        self.num_steps = check_count("num_steps", num_steps, minimum=0)  # T; 0: no attack
-        self.lbd = check_nonnegative("lbd", lbd)  # λ: weight of L^high
-        self.confidence_mask = check_bool("confidence_mask", confidence_mask)  # p̂ = ŷ_y
-        self.double_epsilon_epoch = _optional_epoch(double_epsilon_epoch)
-        self.target = _check_target(target)
-        self.teacher_checkpoint = _check_teacher(self.target, teacher_checkpoint)
-        self.teacher_sigma = check_positive_finite("teacher_sigma", teacher_sigma)  # σ_T
-        self.teacher_draws = check_count("teacher_draws", teacher_draws)  # votes per input
+    @dataclass(frozen=True)
+    class Options:
+        num_noise: int = option(4, "m: noises per input")
+        epsilon: float = option(1.0, "ε: L2 radius of the noise attack, pixel units")
+        num_steps: int = option(4, "T: attack steps (0: no attack)")
+        lbd: float = option(1.0, "λ: weight of L^high")
+        confidence_mask: bool = option(False, "p̂ = ŷ_y(x) instead of the noisy accuracy")
+        double_epsilon_epoch: int | None = option(None, "attack with 2ε from this epoch (null: "
+                                                  "never)")
+        target: str = option("self", "where ŷ(x) comes from", choices=TARGETS)
+        teacher_checkpoint: str | None = option(None, "the frozen teacher (target teacher)")
+        teacher_sigma: float = option(0.25, "σ_T: the teacher's noise level, pixel units")
+        teacher_draws: int = option(16, "noisy votes of the teacher per input")
+
+        def __post_init__(self):
+            check_count("num_noise", self.num_noise), check_nonnegative("epsilon", self.epsilon)
+            check_count("num_steps", self.num_steps, minimum=0)
+            check_nonnegative("lbd", self.lbd)
+            check_bool("confidence_mask", self.confidence_mask)
+            _optional_epoch(self.double_epsilon_epoch)
+            _check_teacher(_check_target(self.target), self.teacher_checkpoint)
+            check_positive_finite("teacher_sigma", self.teacher_sigma)
+            check_count("teacher_draws", self.teacher_draws)
+
+    def setup(self):
         self.teacher: nn.Module | None = None
         self._current_epsilon = self.epsilon
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from ..errors import SmoothcertError, check_count, check_nonnegative
+from ..registry import option
 from ..tensors import copies
 from .base import TrainingMethod, noise_for_copies, register_method
 
@@ -116,12 +118,18 @@ class ConsistencyRegularization(TrainingMethod):
 
     supports_per_sample_sigma = True
 
-    def __init__(self, *, num_noise: int = 2, lbd: float = 10.0, eta: float = 0.5,
-                 variant: str = "default"):
-        self.num_noise = check_count("num_noise", num_noise, minimum=2)  # m: noise copies
-        self.lbd = check_nonnegative("lbd", lbd)  # λ: weight of the KL (or MSE) term
-        self.eta = check_nonnegative("eta", eta)  # η: weight of H(p̄), "default" only
-        self.variant = _check_variant(variant)
+    @dataclass(frozen=True)
+    class Options:
+        num_noise: int = option(2, "m: noise copies per input (>= 2)")
+        lbd: float = option(10.0, "λ: weight of the KL (or MSE) term")
+        eta: float = option(0.5, "η: weight of the entropy H(p̄), variant default only")
+        variant: str = option("default", "the regularizer (see consistency_loss)",
+                              choices=VARIANTS)
+
+        def __post_init__(self):
+            check_count("num_noise", self.num_noise, minimum=2)
+            check_nonnegative("lbd", self.lbd), check_nonnegative("eta", self.eta)
+            _check_variant(self.variant)
 
     def loss(self, model, x, y, noise, generator):
         m, b = self.num_noise, x.shape[0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -9,6 +11,7 @@ from scipy.stats import norm
 from torch import nn
 
 from ..errors import SmoothcertError, check_bool, check_count, check_in_range, check_positive_finite
+from ..registry import option
 from ..stats import clopper_pearson_lower
 from ..tensors import copies, eval_mode
 from .base import TrainingMethod, register_method
@@ -74,26 +77,27 @@ class EasyFocus(TrainingMethod):
 
     noises = ("gaussian",)  # its p̂A threshold, radius weights and sphere attack are Gaussian
 
-    def __init__(
-        self,
-        *,
-        num_noise: int = 4,
-        discard: bool = True,
-        reweigh: bool = True,
-        attack: bool = True,
-        discard_epoch: int = 60,
-        discard_threshold: float = 0.5,
-        attack_steps: int = 3,
-        attack_step_size: float = 0.25,
-    ):
-        self.num_noise = check_count("num_noise", num_noise)  # m
-        self.discard = check_bool("discard", discard)
-        self.reweigh = check_bool("reweigh", reweigh)
-        self.attack = check_bool("attack", attack)
-        self.discard_epoch = check_count("discard_epoch", discard_epoch, minimum=0)  # E_t
-        self.discard_threshold = check_in_range("discard_threshold", discard_threshold, 0, 1)  # p_t
-        self.attack_steps = check_count("attack_steps", attack_steps)  # T
-        self.attack_step_size = check_positive_finite("attack_step_size", attack_step_size)  # ε
+    @dataclass(frozen=True)
+    class Options:
+        num_noise: int = option(4, "m: noise copies per input")
+        discard: bool = option(True, "(a) drop the examples with p̂ < p_t at epoch E_t")
+        reweigh: bool = option(True, "(b) sample examples by their certified-radius weights")
+        attack: bool = option(True, "(c) move each noise on its sphere by an adaptive attack")
+        discard_epoch: int = option(60, "E_t: the epoch of (a), 0-based")
+        discard_threshold: float = option(0.5, "p_t: threshold of (a), in [0, 1]")
+        attack_steps: int = option(3, "T: steps of (c)")
+        attack_step_size: float = option(0.25, "ε: step of (c), pixel units")
+
+        def __post_init__(self):
+            check_count("num_noise", self.num_noise)
+            for name in ("discard", "reweigh", "attack"):
+                check_bool(name, getattr(self, name))
+            check_count("discard_epoch", self.discard_epoch, minimum=0)
+            check_in_range("discard_threshold", self.discard_threshold, 0, 1)
+            check_count("attack_steps", self.attack_steps)
+            check_positive_finite("attack_step_size", self.attack_step_size)
+
+    def setup(self):
         self.kept: torch.Tensor | None = None  # (K,) int64 dataset indices; None: all
         self.weights: torch.Tensor | None = None  # (K,) float64 sampling weights of the kept
         self._attack_active = False

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch.nn.functional as F
 
 from ..errors import check_count
+from ..registry import option
 from ..tensors import copies
 from .base import TrainingMethod, noise_for_copies, register_method
 
@@ -28,8 +31,12 @@ class GaussianAugmentation(TrainingMethod):
 
     supports_per_sample_sigma = True
 
-    def __init__(self, *, num_noise: int = 1):
-        self.num_noise = check_count("num_noise", num_noise)  # m: noise copies per input
+    @dataclass(frozen=True)
+    class Options:
+        num_noise: int = option(1, "m: noise copies per input (1: Cohen et al.)")
+
+        def __post_init__(self):
+            check_count("num_noise", self.num_noise)
 
     def loss(self, model, x, y, noise, generator):
         m = self.num_noise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +17,7 @@ from ..errors import (
     check_nonnegative,
     check_positive_finite,
 )
+from ..registry import option
 from .base import TrainingMethod, register_method
 
 DISTANCES = ("softmax_mse", "logit_mse", "kl")
@@ -120,16 +122,27 @@ class HeatSmoothing(TrainingMethod):
 
     noises = ("gaussian",)  # it is the Gaussian heat equation
 
-    def __init__(self, *, num_steps: int = 1, gamma: float = IMAGENET_GAMMA,
-                 num_projections: int = 10, fd_step: float = 0.01, noise_fraction: float = 0.5,
-                 distance: str = "softmax_mse", noise_schedule: str = "linear"):
-        self.num_steps = check_count("num_steps", num_steps)  # n_T time steps; h = 1/n_T
-        self.gamma = check_nonnegative("gamma", gamma)  # γ: weight of ‖∇ₓv‖²_F's estimate
-        self.num_projections = check_count("num_projections", num_projections)  # κ
-        self.fd_step = check_positive_finite("fd_step", fd_step)  # δ, pixel units
-        self.noise_fraction = check_in_range("noise_fraction", noise_fraction, 0, 1)  # p
-        self.distance = _check_choice("distance", distance, DISTANCES)
-        self.noise_schedule = _check_choice("noise_schedule", noise_schedule, NOISE_SCHEDULES)
+    @dataclass(frozen=True)
+    class Options:
+        num_steps: int = option(1, "n_T: time steps (h = 1/n_T), each from a new frozen f")
+        gamma: float = option(IMAGENET_GAMMA, "γ: weight of the estimate of ‖∇ₓv‖²_F")
+        num_projections: int = option(10, "κ: random projections of the Jacobian")
+        fd_step: float = option(0.01, "δ: finite-difference step, pixel units")
+        noise_fraction: float = option(0.5, "p: fraction of the batch that gets noise, in [0, 1]")
+        distance: str = option("softmax_mse", "how v(x̃) is compared with f(x)",
+                               choices=DISTANCES)
+        noise_schedule: str = option("linear", "σ of x̃'s noise per time step",
+                                     choices=NOISE_SCHEDULES)
+
+        def __post_init__(self):
+            check_count("num_steps", self.num_steps), check_nonnegative("gamma", self.gamma)
+            check_count("num_projections", self.num_projections)
+            check_positive_finite("fd_step", self.fd_step)
+            check_in_range("noise_fraction", self.noise_fraction, 0, 1)
+            _check_choice("distance", self.distance, DISTANCES)
+            _check_choice("noise_schedule", self.noise_schedule, NOISE_SCHEDULES)
+
+    def setup(self):
         self.teacher: nn.Module | None = None  # the frozen f
         self._step: int | None = None  # the time step (0-based) the teacher belongs to
         self._saved: dict | None = None  # teacher weights restored by load_state_dict

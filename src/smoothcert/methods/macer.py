@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from ..errors import SmoothcertError, check_count, check_positive_finite
+from ..registry import option
 from ..tensors import copies
 from .base import TrainingMethod, noise_for_copies, register_method
 
@@ -127,14 +129,22 @@ class MACER(TrainingMethod):
 
     supports_per_sample_sigma = True
 
-    def __init__(self, *, num_noise: int = 16, lbd: float = 12.0, gamma: float = 8.0,
-                 beta: float = 16.0, deferred_epochs: int = 0):
-        self.num_noise = check_count("num_noise", num_noise)  # k: noise draws per input
-        self.lbd = check_positive_finite("lbd", lbd)  # λ: weight of the robustness term
-        self.gamma = check_positive_finite("gamma", gamma)  # γ: hinge margin on ξ
-        self.beta = check_positive_finite("beta", beta)  # β: inverse temperature, robustness only
-        self.deferred_epochs = check_count("deferred_epochs", deferred_epochs, minimum=0)
-        self._active = deferred_epochs == 0  # until on_epoch_start says otherwise
+    @dataclass(frozen=True)
+    class Options:
+        num_noise: int = option(16, "k: noise draws per input")
+        lbd: float = option(12.0, "λ: weight of the robustness term (> 0)")
+        gamma: float = option(8.0, "γ: hinge margin on ξ (> 0)")
+        beta: float = option(16.0, "β: inverse temperature of the robustness term only (> 0)")
+        deferred_epochs: int = option(0, "λ = 0 while fewer epochs are complete (0: never)")
+
+        def __post_init__(self):
+            check_count("num_noise", self.num_noise)
+            for name in ("lbd", "gamma", "beta"):
+                check_positive_finite(name, getattr(self, name))
+            check_count("deferred_epochs", self.deferred_epochs, minimum=0)
+
+    def setup(self):
+        self._active = self.deferred_epochs == 0  # until on_epoch_start says otherwise
 
     def on_epoch_start(self, epoch, context):
         self._active = epoch >= self.deferred_epochs  # stateless: right again after a resume

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from ..errors import SmoothcertError, check_bool, check_count, check_nonnegative, unknown_name
+from ..registry import option
 from ..smoothing.attacks import ATTACKS, draw_noises
 from ..tensors import copies
 from .base import TrainingMethod, register_method
@@ -74,31 +77,28 @@ class SmoothAdv(TrainingMethod):
 
     supports_per_sample_sigma = True
 
-    def __init__(
-        self,
-        *,
-        attack: str = "pgd",
-        epsilon: float = 1.0,
-        num_steps: int = 10,
-        num_noise: int = 4,
-        multi_noise: bool = True,
-        warmup_epochs: int = 10,
-        lbd: float = 0.0,
-        eta: float = 0.5,
-    ):
-        if not isinstance(attack, str) or attack not in ATTACKS:
-            raise unknown_name("attack", str(attack), ATTACKS)
-        self.attack = attack  # "pgd" | "ddn"
-        self.epsilon = check_nonnegative("epsilon", epsilon)  # ε: L2 budget, pixel units
-        self.num_steps = check_count("num_steps", num_steps)  # T: attack steps
-        self.num_noise = check_count("num_noise", num_noise)  # m: noises per input
-        # train on all m copies (True) or the first
-        self.multi_noise = check_bool("multi_noise", multi_noise)
-        self.warmup_epochs = check_count("warmup_epochs", warmup_epochs, minimum=0)  # W
-        self.lbd = check_nonnegative("lbd", lbd)  # λ of the consistency term; 0 = off
-        self.eta = check_nonnegative("eta", eta)  # η: weight of H(p̄) in the consistency term
-        if self.lbd > 0 and self.num_noise < 2:
-            raise SmoothcertError("consistency (lbd > 0) needs num_noise >= 2")
+    @dataclass(frozen=True)
+    class Options:
+        attack: str = option("pgd", "the attack on the soft smoothed classifier (pgd, ddn)")
+        epsilon: float = option(1.0, "ε: L2 attack budget after the warm-up, pixel units")
+        num_steps: int = option(10, "T: attack steps")
+        num_noise: int = option(4, "m: noises per input")
+        multi_noise: bool = option(True, "train on all m noisy copies (false: the first)")
+        warmup_epochs: int = option(10, "W: ε grows linearly over the first W epochs")
+        lbd: float = option(0.0, "λ of the consistency term (0: off)")
+        eta: float = option(0.5, "η: weight of H(p̄) in the consistency term")
+
+        def __post_init__(self):
+            if self.attack not in ATTACKS:  # the registry's names: checked here, not listed
+                raise unknown_name("attack", str(self.attack), ATTACKS)
+            check_nonnegative("epsilon", self.epsilon), check_count("num_steps", self.num_steps)
+            check_count("num_noise", self.num_noise), check_bool("multi_noise", self.multi_noise)
+            check_count("warmup_epochs", self.warmup_epochs, minimum=0)
+            check_nonnegative("lbd", self.lbd), check_nonnegative("eta", self.eta)
+            if self.lbd > 0 and self.num_noise < 2:
+                raise SmoothcertError("consistency (lbd > 0) needs num_noise >= 2")
+
+    def setup(self):
         self._attacker = ATTACKS[self.attack](num_steps=self.num_steps)
         self._current_epsilon = self.epsilon
 

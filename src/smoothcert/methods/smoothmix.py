@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..errors import SmoothcertError, check_count, check_nonnegative
+from ..registry import option
 from ..smoothing.attacks import draw_noises, noisy_logits, soft_smoothed_log_prob
 from ..tensors import copies, eval_mode
 from .base import TrainingMethod, register_method
@@ -178,32 +181,33 @@ class SmoothMix(TrainingMethod):
 
     supports_per_sample_sigma = True
 
-    def __init__(
-        self,
-        *,
-        num_noise: int = 4,
-        num_steps: int = 8,
-        alpha: float = 1.0,
-        eta: float = 1.0,
-        mix_step: int = 0,
-        maxnorm: float | None = None,
-        maxnorm_s: float | None = None,
-        warmup_epochs: int = 10,
-    ):
-        self.num_noise = check_count("num_noise", num_noise)  # m: noises per input
-        self.num_steps = check_count("num_steps", num_steps, minimum=0)  # T: attack steps
-        self.alpha = check_nonnegative("alpha", alpha)  # α: L2 step of the attack, pixel units
-        self.eta = check_nonnegative("eta", eta)  # η: weight of the mixup term
-        self.mix_step = check_count("mix_step", mix_step, minimum=0)  # s: the clean side x̂⁽ˢ⁾
-        if self.mix_step > 0 and self.mix_step >= self.num_steps:
-            raise SmoothcertError(
-                f"mix_step must be 0 or less than num_steps (the clean side is the attack's "
-                f"iterate after mix_step of its num_steps steps), got mix_step={mix_step} with "
-                f"num_steps={num_steps}"
-            )
-        self.maxnorm = _check_optional_radius("maxnorm", maxnorm)  # L2 ball of x̂; None: none
-        self.maxnorm_s = _check_optional_radius("maxnorm_s", maxnorm_s)  # None: α·s
-        self.warmup_epochs = check_count("warmup_epochs", warmup_epochs, minimum=0)  # W
+    @dataclass(frozen=True)
+    class Options:
+        num_noise: int = option(4, "m: noises per input")
+        num_steps: int = option(8, "T: attack steps")
+        alpha: float = option(1.0, "α: L2 step of the attack, pixel units")
+        eta: float = option(1.0, "η: weight of the mixup term")
+        mix_step: int = option(0, "s: the clean side is the attack's iterate x̂⁽ˢ⁾ (0: x)")
+        maxnorm: float | None = option(None, "L2 ball of the adversary, pixel units (null: none)")
+        maxnorm_s: float | None = option(None, "L2 ball of the clean side (null: α·s)")
+        warmup_epochs: int = option(10, "W: η and the clean side's ball grow over W epochs")
+
+        def __post_init__(self):
+            check_count("num_noise", self.num_noise)
+            check_count("num_steps", self.num_steps, minimum=0)
+            check_nonnegative("alpha", self.alpha), check_nonnegative("eta", self.eta)
+            check_count("mix_step", self.mix_step, minimum=0)
+            if self.mix_step > 0 and self.mix_step >= self.num_steps:
+                raise SmoothcertError(
+                    f"mix_step must be 0 or less than num_steps (the clean side is the attack's "
+                    f"iterate after mix_step of its num_steps steps), got mix_step="
+                    f"{self.mix_step} with num_steps={self.num_steps}"
+                )
+            _check_optional_radius("maxnorm", self.maxnorm)
+            _check_optional_radius("maxnorm_s", self.maxnorm_s)
+            check_count("warmup_epochs", self.warmup_epochs, minimum=0)
+
+    def setup(self):
         self._warmup = 1.0  # w_e; set by on_epoch_start (full strength outside a trainer)
 
     def warmup_at(self, epoch: int) -> float:

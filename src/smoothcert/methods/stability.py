@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from ..errors import check_positive_finite
+from ..registry import option
 from .base import TrainingMethod, register_method
 
 
@@ -44,8 +47,12 @@ class StabilityTraining(TrainingMethod):
     Logged: ``"ce"`` (clean cross-entropy) and ``"stability"`` (the soft cross-entropy term).
     """
 
-    def __init__(self, *, lbd: float = 2.0):
-        self.lbd = check_positive_finite("lbd", lbd)  # λ: weight of the stability term
+    @dataclass(frozen=True)
+    class Options:
+        lbd: float = option(2.0, "λ: weight of the stability term (> 0)")
+
+        def __post_init__(self):
+            check_positive_finite("lbd", self.lbd)
 
     def loss(self, model, x, y, noise, generator):
         logits_clean = model(x)

@@ -2,13 +2,15 @@
 
 A smoothcert checkpoint is a ``torch.save`` of::
 
-    {"format": "smoothcert-checkpoint", "format_version": 1,
+    {"format": "smoothcert-checkpoint", "format_version": 2,
      "meta": {...}, "state_dict": {...}, "train_state": {...} | None}
 
 ``meta`` says how to rebuild and interpret the model (arch, dataset, num_classes, input_shape,
 mean, std, noise, method, epoch, versions, config); ``train_state`` holds whatever the trainer
 needs to resume (optimizer, scheduler, RNG states). Loading uses ``torch.load(weights_only=True)``,
 so a checkpoint can never run code. Writing is atomic: a crash leaves the old file or the new one.
+A checkpoint of an older format version (and the training config in its meta) is upgraded in
+memory on loading (:func:`smoothcert.upgrade.upgrade_checkpoint`); the file is not changed.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from torch import nn
 
 from ..errors import SmoothcertError
 from ..io import atomic_write
+from ..upgrade import CHECKPOINT_VERSION, VERSION_KEY, upgrade_checkpoint
 from .archs import build_model
 
 FORMAT = "smoothcert-checkpoint"
-FORMAT_VERSION = 1
 REQUIRED_META = (
     "arch",
     "dataset",
@@ -81,7 +83,7 @@ def save_checkpoint(
     _check_plain(train_state, "train_state")
     payload = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION,
+        VERSION_KEY: CHECKPOINT_VERSION,
         "meta": meta,
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "train_state": train_state,
@@ -111,7 +113,8 @@ def _check_plain(obj, where: str) -> None:
 
 
 def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> Checkpoint:
-    """Read a smoothcert checkpoint with weights-only unpickling; tensors go to ``map_location``."""
+    """Read a smoothcert checkpoint with weights-only unpickling; tensors go to ``map_location``.
+    One of an older format version comes back in the current format."""
     path = Path(path)
     if not path.is_file():
         raise SmoothcertError(f"checkpoint {path} does not exist; check the path")
@@ -123,6 +126,7 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> Checkpoint:
             f"({type(err).__name__}); it is truncated, corrupt or not a checkpoint, save it again"
         ) from err
     _check_format(obj, path)
+    obj = upgrade_checkpoint(obj, f"checkpoint {path}")
     return Checkpoint(obj["meta"], obj["state_dict"], obj.get("train_state"))
 
 
@@ -132,11 +136,6 @@ def _check_format(obj, path: Path) -> None:
         raise SmoothcertError(
             f"{path} is not a smoothcert checkpoint (it holds {keys}); reference checkpoints "
             f"(e.g. Cohen et al.'s .pth.tar) must first be converted with the import command"
-        )
-    if obj.get("format_version") != FORMAT_VERSION:
-        raise SmoothcertError(
-            f"{path} has checkpoint format version {obj.get('format_version')!r}, this smoothcert "
-            f"reads version {FORMAT_VERSION}; use the smoothcert version that wrote it"
         )
     if not isinstance(obj.get("meta"), dict) or not isinstance(obj.get("state_dict"), dict):
         raise SmoothcertError(f"{path} lacks its meta or state_dict; the checkpoint is corrupt")

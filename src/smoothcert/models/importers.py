@@ -280,7 +280,7 @@ def import_checkpoint(
     before ``out`` is written, atomically; an existing ``out`` is refused unless ``overwrite``,
     and ``out`` naming the input file itself always.
     """
-    from ..data.datasets import dataset_spec
+    from ..data.registry import dataset_spec
 
     reference, spec = FORMATS[fmt], dataset_spec(dataset)
     sigma = check_positive_finite("sigma", sigma)

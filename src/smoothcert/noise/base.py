@@ -1,14 +1,21 @@
-"""Noise distributions: one strategy object shared by training, certification and attacks.
+"""The :class:`Noise` base class: one strategy object shared by training, certification and
+attacks, and the registry :data:`NOISES` that ``--noise`` names.
 
 Inputs live in pixel space [0, 1]; noise is added there, and σ is in pixel units. For every
 distribution here σ is the *standard deviation* of each noise coordinate, so that the same
-``--sigma`` means the same noise energy whatever the distribution. ``norm`` names the norm of
-the distribution's certified ball ("l2" or "l1").
+``--sigma`` means the same noise energy whatever the distribution.
+
+Code outside this package never compares noise names: it asks a noise class for a capability
+(:attr:`Noise.norm`, :attr:`Noise.per_sample_sigma`, :attr:`Noise.soft_radius`), and a plug-in
+that needs one lists the noises that have it with :func:`noises_with` / :class:`NoisesWith`.
 """
 
 from __future__ import annotations
 
+import abc
 import math
+from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 
@@ -18,23 +25,70 @@ from ..registry import Registry
 Sigma = float | torch.Tensor
 
 NOISES: Registry = Registry("noise")
-"""Noise name (``--noise``) -> class taking σ; checkpoints and run identities store the name."""
+"""Noise name (``--noise``) -> :class:`Noise` subclass taking σ; checkpoints and run identities
+store the name."""
+
+NORMS = ("l2", "l1")
+"""Norms a certified ball may be measured in (the data-dependent memory and the report's radius
+axis know these two)."""
 
 
-class _Isotropic:
-    """What every noise here shares: one σ (the per-coordinate standard deviation) per input.
+class Noise(abc.ABC):
+    """A noise distribution with one σ (the per-coordinate standard deviation) per input.
 
-    ``sigma`` is a positive float, or a tensor of shape (B,) giving one σ per sample of a batch
-    (data-dependent smoothing); a tensor σ broadcasts over the non-batch dimensions. Subclasses
-    draw the noise (``sample``, ``sample_``) and turn a probability into a radius (``radius``).
+    ``sigma`` is a positive float, or — where :attr:`per_sample_sigma` — a tensor of shape (B,)
+    giving one σ per sample of a batch (data-dependent smoothing); a tensor σ broadcasts over
+    the non-batch dimensions. A subclass draws the noise (:meth:`sample`, :meth:`sample_`),
+    turns a probability into a certified radius (:meth:`radius`), sets :attr:`norm`, and
+    registers itself with :func:`register_noise`; everything else has a working default here.
+
+    Capabilities (class attributes that other layers ask for instead of comparing names):
+
+    * :attr:`norm`: the norm of the certified ball, one of :data:`NORMS`;
+    * :attr:`per_sample_sigma`: whether a (B,) tensor σ is accepted;
+    * :attr:`soft_radius`: the differentiable surrogate of the radius that data-dependent σ
+      ascends (Alfarra et al.), or None when the noise has none — then data-dependent σ refuses
+      the noise in training and certification.
     """
 
-    norm: str
+    name: ClassVar[str] = ""
+    """The registry name, set by :func:`register_noise`."""
+    norm: ClassVar[str]
+    """"l2" or "l1": the norm of the ball :meth:`radius` certifies."""
+    per_sample_sigma: ClassVar[bool] = True
+    """True if σ may be a (B,) tensor (one σ per sample), as data-dependent training needs."""
+    soft_radius: ClassVar[Callable[..., torch.Tensor] | None] = None
+    """``soft_radius(sigma, psi_a, psi_b, clamp)`` -> R (B,): a smooth surrogate of the
+    certified radius as a function of σ (B,) and the top two mean softmax scores ψ_A ≥ ψ_B
+    (B,), differentiable in all three with torch; ``clamp`` = (low, high) bounds ψ where the
+    formula needs it to stay finite. A noise that declares it also promises the
+    reparameterization that :func:`~smoothcert.smoothing.sigma_optimization.optimize_sigma`
+    relies on: its draws at σ are σ times its draws at σ = 1, for a float or per-sample σ.
+    None: no soft radius (data-dependent σ refuses the noise)."""
 
     def __init__(self, sigma: Sigma):
         self.sigma = _validated_sigma(sigma)
+        if not self.per_sample_sigma and not isinstance(self.sigma, float):
+            raise SmoothcertError(f"{type(self).__name__} needs one σ (a float), not per-sample σ")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(sigma={self.sigma_repr()})"
+
+    @abc.abstractmethod
+    def sample(self, like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Noise with the shape, dtype and device of ``like`` (B, ...), drawn from ``generator``."""
+
+    @abc.abstractmethod
+    def sample_(self, out: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Draw noise into the preallocated buffer ``out`` (no allocation); returns ``out``."""
+
+    @abc.abstractmethod
+    def radius(self, p):
+        """The certified radius (in :attr:`norm`, float64) of a top-class probability p > ½: a
+        float for a float p and a scalar σ, else a numpy array."""
 
     def sigma_repr(self):
+        """σ as plain Python (a float, or a list for per-sample σ), for reprs and records."""
         return float(self.sigma) if isinstance(self.sigma, float) else self.sigma.tolist()
 
     def scalar_sigma(self) -> float:
@@ -49,9 +103,6 @@ class _Isotropic:
         """x + δ for a batch x of shape (B, ...)."""
         return x + self.sample(x, generator)
 
-    def check_input(self, x: torch.Tensor) -> None:
-        """Raise a :class:`SmoothcertError` if this noise cannot smooth at ``x`` (any x here)."""
-
     def perturb_(self, out: torch.Tensor, x: torch.Tensor,
                  generator: torch.Generator | None = None) -> torch.Tensor:
         """x + δ into the buffer ``out`` (rows shaped like the input x); returns ``out``. The
@@ -59,7 +110,18 @@ class _Isotropic:
         (:class:`~smoothcert.noise.discrete_gaussian.DiscreteGaussian`)."""
         return self.sample_(out, generator).add_(x)
 
+    def check_input(self, x: torch.Tensor) -> None:
+        """Raise a :class:`SmoothcertError` if this noise cannot smooth at ``x`` (by default it
+        can smooth at any x)."""
+        return None
+
+    def _sigma_float64(self):
+        """σ for a radius computed in float64: the float, or a numpy array of per-sample σ."""
+        return self.sigma if isinstance(self.sigma, float) else self.sigma.double().cpu().numpy()
+
     def _broadcast_sigma(self, like: torch.Tensor):
+        """σ ready to multiply a batch shaped like ``like``: a float, or a tensor on its device
+        and dtype shaped (B, 1, ..., 1)."""
         if isinstance(self.sigma, float):
             return self.sigma
         s = self.sigma.to(device=like.device, dtype=like.dtype)
@@ -70,6 +132,55 @@ class _Isotropic:
                 f"per-sample σ has {s.shape[0]} entries but the batch has {like.shape[0]} inputs"
             )
         return s.reshape((-1,) + (1,) * (like.dim() - 1))
+
+
+def register_noise(name: str) -> Callable[[type[Noise]], type[Noise]]:
+    """Class decorator: make a :class:`Noise` subclass selectable as ``--noise name``.
+
+    Checks the capabilities declared (a plug-in mistake is a TypeError at import): ``norm`` is
+    one of :data:`NORMS`, and a soft radius comes with per-sample σ (data-dependent training
+    needs both)."""
+
+    def register(cls: type[Noise]) -> type[Noise]:
+        if not (isinstance(cls, type) and issubclass(cls, Noise)):
+            raise TypeError(f"noise {name!r} must subclass smoothcert.noise.Noise")
+        if getattr(cls, "norm", None) not in NORMS:
+            raise TypeError(f"noise {name!r} must set norm to one of {', '.join(NORMS)}")
+        if cls.soft_radius is not None and not cls.per_sample_sigma:
+            raise TypeError(f"noise {name!r} declares a soft radius but no per-sample σ")
+        cls.name = name
+        return NOISES.register(name)(cls)
+
+    return register
+
+
+def noises_with(capability: str) -> tuple[str, ...]:
+    """The registered noise names whose class has ``capability`` (a true, non-None class
+    attribute such as ``"soft_radius"`` or ``"per_sample_sigma"``), in registration order."""
+    return tuple(name for name, cls in NOISES.items() if getattr(cls, capability, None))
+
+
+class NoisesWith:
+    """A class attribute that reads as :func:`noises_with` of ``capability`` when looked up, so
+    a plug-in's ``noises`` list follows the registry (a noise registered later is included)."""
+
+    def __init__(self, capability: str):
+        self.capability = capability
+
+    def __get__(self, obj, owner=None) -> tuple[str, ...]:
+        return noises_with(self.capability)
+
+
+def with_soft_radius(noise: str, user: str) -> type[Noise]:
+    """The class of the noise named ``noise``, which ``user`` (e.g. "data-dependent σ") needs
+    to have a soft radius. An unknown name or a noise without one raises one SmoothcertError
+    naming the noise and the noises that have one."""
+    cls = NOISES[noise]
+    if cls.soft_radius is None:
+        able = ", ".join(noises_with("soft_radius"))
+        raise SmoothcertError(f"{user} needs a noise with a soft certified radius; noise "
+                              f"{noise!r} has none (noises with one: {able})")
+    return cls
 
 
 def _validated_sigma(sigma: Sigma) -> Sigma:

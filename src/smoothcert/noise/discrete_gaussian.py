@@ -43,8 +43,8 @@ import numpy as np
 import torch
 
 from ..errors import SmoothcertError
-from .base import NOISES, _Isotropic
-from .gaussian import Gaussian
+from .base import Noise, register_noise
+from .gaussian import cohen_radius
 
 LEVELS = 255
 """Grid steps per unit: inputs are multiples of 1/255 in [0, 1] (8-bit images)."""
@@ -178,8 +178,8 @@ class _LazyUniform:
             self.bits += EXTRA_BITS
 
 
-@NOISES.register("discrete-gaussian")
-class DiscreteGaussian(_Isotropic):
+@register_noise("discrete-gaussian")
+class DiscreteGaussian(Noise):
     """The discretized Gaussian on the 8-bit grid, sound in floating point (Voráček & Hein 2023).
 
     Inputs must lie on the grid {0, 1/255, …, 1} (8-bit images: ToTensor of uint8 data); others
@@ -187,21 +187,27 @@ class DiscreteGaussian(_Isotropic):
     the radius is Cohen et al.'s σΦ⁻¹(p), valid for perturbations that stay on the grid.
     ``sigma`` is the standard deviation of the underlying real Gaussian (the discretized noise
     has variance σ² + 1/(12·255²) up to the tails). One σ per noise object (float).
+
+    No soft radius, so data-dependent σ refuses this noise. Its certificate is Cohen's, but
+    the soft radius is only usable through reparameterized draws σ·ε, and here (i) the noisy
+    input h(x + ε) is piecewise constant in ε, so the gradient of ψ in σ is zero almost
+    everywhere and the ascent would only follow the σ/2 factor (σ grows wherever ψ_A > ψ_B,
+    whatever the model); (ii) σ·c/255 with c drawn at σ = 1 is not the discretized Gaussian at σ
+    (the rounding does not scale), so the optimized draws would not be the certified ones;
+    (iii) the exact sampler builds a threshold table per σ, so there is no per-sample σ.
     """
 
     norm = "l2"
-    name = "discrete-gaussian"
+    per_sample_sigma = False  # one exact threshold table per σ
     quantize = False
-    radius = Gaussian.radius
 
     def __init__(self, sigma):
         super().__init__(sigma)
-        if not isinstance(self.sigma, float):
-            raise SmoothcertError(f"{type(self).__name__} needs one σ (a float), not per-sample σ")
         self.table = _Table.of(self.sigma)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(sigma={self.sigma})"
+    def radius(self, p):
+        """Certified L2 radius σ·Φ⁻¹(p) in float64 (Cohen et al.'s, for f∘h; module doc)."""
+        return cohen_radius(self.sigma, p)
 
     def grid_points(self, x: torch.Tensor) -> torch.Tensor:
         """The integers m = 255·x (int32), checking that x is on the grid (or rounding it)."""
@@ -238,13 +244,12 @@ class DiscreteGaussian(_Isotropic):
         return out.copy_(c).div_(LEVELS)
 
 
-@NOISES.register("discrete-gaussian-quantized")
+@register_noise("discrete-gaussian-quantized")
 class QuantizedDiscreteGaussian(DiscreteGaussian):
     """:class:`DiscreteGaussian` of the input rounded to the 8-bit grid (digits' 1/16 steps,
     float images): the certificate is that of the rounded input, for perturbations on the grid.
     The noise name in the record says the inputs were rounded."""
 
-    name = "discrete-gaussian-quantized"
     quantize = True
 
 

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import torch
 
-from .base import NOISES, _Isotropic
+from .base import Noise, register_noise
 
 
-@NOISES.register("uniform")
-class Uniform(_Isotropic):
+@register_noise("uniform")
+class Uniform(Noise):
     """Uniform noise δ ~ U[−λ, λ]^d and its L1 certificate (Yang et al. 2020, "Randomized
     Smoothing of All Shapes and Sizes", Table 1 / Thm. for the uniform distribution).
 
@@ -25,9 +25,6 @@ class Uniform(_Isotropic):
     """
 
     norm = "l1"
-
-    def __repr__(self) -> str:
-        return f"Uniform(sigma={self.sigma_repr()})"
 
     @property
     def half_width(self):
@@ -46,6 +43,14 @@ class Uniform(_Isotropic):
 
     def radius(self, p):
         """Certified L1 radius 2λ·(p − ½) in float64; p is a float or array of probabilities > ½."""
-        sigma = self.sigma if isinstance(self.sigma, float) else self.sigma.double().cpu().numpy()
+        sigma = self._sigma_float64()
         r = 2.0 * math.sqrt(3.0) * sigma * (np.asarray(p, dtype=np.float64) - 0.5)
         return float(r) if np.ndim(r) == 0 else r
+
+    @staticmethod
+    def soft_radius(sigma: torch.Tensor, psi_a: torch.Tensor, psi_b: torch.Tensor,
+                    clamp: tuple[float, float]) -> torch.Tensor:
+        """λ·(ψ_A − ψ_B), λ = √3·σ: the L1 certificate with ψ_B in place of 1 − ψ_A (the
+        authors' ``ddsmoothing/certificate.py``; with ψ_B = 1 − ψ_A it is 2λ(ψ_A − ½)). It is
+        linear in ψ, so ``clamp`` is not needed and ignored."""
+        return math.sqrt(3.0) * sigma * (psi_a - psi_b)

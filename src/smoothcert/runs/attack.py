@@ -35,7 +35,6 @@ quantized to 256 levels (the authors' default), so every output stays inside the
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -43,6 +42,7 @@ import torch
 
 from ..certifiers.certifier import Certifier
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
+from ..registry import option, option_defaults, option_values, parse_options
 from ..smoothing.attacks import ATTACKS, FreshNoiseObjective, SoftSmoothedObjective, draw_noises
 from ..smoothing.smoothed import Prediction, Smoothed
 from ..tensors import model_device
@@ -53,22 +53,25 @@ MAX_BUDGETS = 10_000  # an ε grid longer than this is a typo
 
 @dataclass(frozen=True)
 class AttackSettings:
-    """The attack's own settings (the ``options`` of the runner's ``attack`` program).
+    """The attack's own settings: the options of the runner's ``attack`` program, built from
+    what a user gave by :func:`smoothcert.registry.parse_options`.
 
     ε, ``max_epsilon`` and ``epsilon_step`` are L2 norms in pixel units. With ``min_distance``
     the budgets are the grid of :meth:`budgets` and ``epsilon`` is unused.
     """
 
-    attack: str = "pgd"  # "pgd" | "ddn" (smoothcert.smoothing.attacks.ATTACKS)
-    epsilon: float = 0.5  # the one budget of a fixed-ε attack
-    min_distance: bool = False  # raise ε over the grid until PREDICT flips
-    max_epsilon: float = 4.0  # the cap of the grid (Campbell et al.)
-    epsilon_step: float = 0.25  # grid step
-    steps: int = 20  # T: gradient steps per attack (Campbell et al.)
-    noise_draws: int = 100  # m: noises in the soft objective (Campbell et al., CIFAR-10)
-    fresh_noise: bool = False  # redraw the m noises at every step
-    ddn_gamma: float = 0.05  # DDN's relative norm change per step (Campbell et al.)
-    ddn_init_norm: float = 1.0  # DDN's first norm budget (Campbell et al., Salman et al.)
+    attack: str = option("pgd", "the attack (smoothcert.smoothing.attacks.ATTACKS: pgd, ddn)")
+    epsilon: float = option(0.5, "the one L2 budget of a fixed-ε attack, pixel units")
+    min_distance: bool = option(False, "raise ε over the grid until PREDICT flips")
+    max_epsilon: float = option(4.0, "the cap of the ε grid (Campbell et al.)")
+    epsilon_step: float = option(0.25, "the step of the ε grid")
+    steps: int = option(20, "T: gradient steps per attack (Campbell et al.)")
+    noise_draws: int = option(100, "m: noises in the soft objective (Campbell et al., "
+                                   "CIFAR-10)")
+    fresh_noise: bool = option(False, "redraw the m noises at every step")
+    ddn_gamma: float = option(0.05, "DDN's relative norm change per step (Campbell et al.)")
+    ddn_init_norm: float = option(1.0, "DDN's first norm budget (Campbell et al., Salman et "
+                                       "al.)")
 
     def __post_init__(self):
         if self.attack not in ATTACKS:
@@ -201,13 +204,13 @@ class Attack(Certifier):
 
     @classmethod
     def option_defaults(cls) -> dict:
-        return dataclasses.asdict(AttackSettings())
+        return option_defaults(AttackSettings)
 
     def __init__(self, **options):
-        self.settings = AttackSettings(**options)  # raises SmoothcertError for a bad value
+        self.settings = parse_options("evaluation", self.name, AttackSettings, options)
 
     def options(self) -> dict:
-        return dataclasses.asdict(self.settings)
+        return option_values(self.settings)
 
     def start(self, run):
         cfg = run.config

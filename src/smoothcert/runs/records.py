@@ -4,7 +4,8 @@ A record file is a TSV with a header line and one row per example, written and f
 example finishes. Cohen et al.'s columns come first (``idx label predict radius correct time``;
 ``predict`` is -1 on abstention, as in their files), then ours. Floats are written with ``repr``
 (shortest round-trip form, i.e. full precision). A manifest ``FILE.manifest.json`` beside the file
-holds the configuration that produced it; a rerun with the same configuration resumes after the
+holds the configuration that produced it (with its ``format_version``; older manifests are read
+through :mod:`smoothcert.upgrade`); a rerun with the same configuration resumes after the
 last complete row (a torn last line, from a killed process, is dropped and redone), and a rerun
 with another configuration is refused.
 
@@ -33,6 +34,7 @@ from ..io import (
     write_json_atomic,
     write_text_atomic,
 )
+from ..upgrade import MANIFEST_VERSION, VERSION_KEY, upgrade_manifest
 from .schema import parse_columns
 
 log = logging.getLogger(__name__)
@@ -102,7 +104,9 @@ class RecordWriter:
 def open_records(path, columns: Sequence[str], manifest: dict) -> tuple[RecordWriter, set[int]]:
     """Create or resume the record file at ``path``; return the writer and the indices done.
 
-    ``manifest`` must hold ``"identity"``: everything that determines the rows. An existing file
+    ``manifest`` must hold ``"identity"``: everything that determines the rows; it is written
+    with ``columns`` and the current ``format_version`` (``smoothcert.upgrade``), and compared
+    with an existing file's manifest as read (upgraded). An existing file
     with another identity, another header, or no manifest is refused with a SmoothcertError, and
     so is one that :func:`read_records` would refuse: a resumed run never keeps or appends to
     such a file, and leaves it untouched.
@@ -110,7 +114,7 @@ def open_records(path, columns: Sequence[str], manifest: dict) -> tuple[RecordWr
     path = Path(path)
     _make_parent(path)
     _check_writable(path)
-    manifest = {**manifest, "columns": list(columns)}
+    manifest = {**manifest, "columns": list(columns), VERSION_KEY: MANIFEST_VERSION}
     lock = _WriterLock(path)
     try:
         if path.exists():
@@ -198,13 +202,19 @@ def _check_writable(path: Path) -> None:
 
 
 def read_manifest(path) -> dict | None:
+    """The manifest beside the record file ``path`` in the current format (a manifest of an
+    older version is upgraded in memory, :func:`smoothcert.upgrade.upgrade_manifest`; the file
+    is not changed), or None when there is none."""
     mpath = manifest_path(path)
     if not mpath.exists():
         return None
     try:
-        return json.loads(mpath.read_text(encoding="utf-8"))
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
         raise SmoothcertError(f"manifest {mpath} is unreadable: {e}") from e
+    if not isinstance(manifest, dict):
+        raise SmoothcertError(f"manifest {mpath} is not a JSON object; the file is damaged")
+    return upgrade_manifest(manifest, str(mpath))
 
 
 # --------------------------------------------------------------------------- reading

@@ -9,7 +9,7 @@ certifier (``certifiers/``) owns the algorithm: a program that maps one input to
 runner drives the programs of many inputs through the one engine; a certifier needs only its
 own file.
 
-Identity and resuming. A record file's manifest stores the run's identity (:func:`_identity`):
+Identity and resuming. A record file's manifest stores the run's identity (:func:`run_identity`):
 everything that determines its rows. ``batch`` is not part of it — the engine draws each
 example's noise in canonical chunks of ``chunk`` draws (``sampling.CHUNK``), so the rows are
 the same for every batch size — and neither is ``max_count``: the examples are a prefix of the
@@ -19,10 +19,10 @@ larger ``--max``, or none): it appends only the new examples and updates the man
 ``indices`` to the new list, so that ``merge`` checks coverage against it. A smaller ``--max``
 is refused (the file holds examples the run would not select).
 
-Files written before the chunks were fixed store ``batch`` (and ``max_count``) in their
-identity: their noise was drawn in chunks of that batch. They keep their rule: the run draws
-in chunks of the stored ``batch`` (whatever the new ``batch``; the draws are the file's), and
-the identity is compared as it was then, ``max_count`` included.
+A resumed run draws in the chunk size of its file (the identity's ``chunk``), whatever
+``CHUNK`` is now: the rows already there were drawn so. Manifests of older versions, such as
+those from before the chunks were fixed (their chunk was the run's ``batch``), are read through
+:mod:`smoothcert.upgrade`, so everything here sees the current format.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..certifiers import CERTIFIERS, LEGACY_NAMES, Certifier, RunContext, build_certifier
+from ..certifiers import CERTIFIERS, Certifier, RunContext, build_certifier
 from ..certifiers.certifier import typed
 from ..data.datasets import data_files, load_dataset
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
@@ -52,6 +52,7 @@ from ..rng import example_generator
 from ..smoothing.engine import CHUNK, BatchedVotes
 from ..smoothing.smoothed import Smoothed
 from ..tensors import eval_mode
+from ..upgrade import certifier_spelling
 from .inputs import Examples, ModelSource, as_examples, load_source
 from .records import (
     Records,
@@ -69,16 +70,16 @@ from .records import (
 class RunConfig:
     """Everything that determines the rows of a run, and how it is run.
 
-    The manifest's identity (:func:`_identity`) is all of it but ``batch`` (noisy inputs per
+    The manifest's identity (:func:`run_identity`) is all of it but ``batch`` (noisy inputs per
     forward pass: the speed, not the rows) and ``max_count`` (the examples are a prefix of the
     index list; see the module doc). ``chunk`` is the draws per canonical noise chunk
-    (``sampling.CHUNK``; a file from before it was fixed: its batch). ``task`` names the
+    (``sampling.CHUNK``; a resumed file's own). ``task`` names the
     certifier (:data:`~smoothcert.certifiers.CERTIFIERS`) or another per-input program of the
     runner (:data:`EVALUATIONS`: the attack); ``noise`` the noise
     (:data:`~smoothcert.noise.NOISES`) at standard deviation ``sigma``; ``options`` the
     certifier's own settings, completed with its defaults, so that equal runs have equal
     identities. The certifier names from before noise was an axis (``uniform``,
-    ``data-dependent-uniform``) are accepted and resolved to (certifier, noise).
+    ``data-dependent-uniform``) are read through :func:`smoothcert.upgrade.certifier_spelling`.
     """
 
     task: str
@@ -95,8 +96,8 @@ class RunConfig:
     n0: int | None = None  # CERTIFY's selection draws; PREDICT has none
     device_type: str = "cpu"  # noise streams differ between CPU and CUDA generators
     options: dict = field(default_factory=dict)
-    # The engine's non-default accelerations (``BatchedVotes.settings``); empty = float32 eager,
-    # so the identity of a plain run is the same as before these settings existed.
+    # The engine's non-default accelerations (``BatchedVotes.settings``); empty = float32 eager.
+    # Only those that differ from the defaults: a default that changes keeps the identity.
     engine: dict = field(default_factory=dict)
     # An explicit list of dataset indices instead of skip/max (``certify_dataset(indices=...)``).
     indices: tuple[int, ...] | None = None
@@ -147,13 +148,9 @@ def task_class(name: str) -> type[Certifier]:
 
 
 def _resolved_names(task: str, noise: str) -> tuple[str, str]:
-    """(certifier, noise) with the legacy certifier names resolved; the noise checked against
-    the certifier's."""
-    if task in LEGACY_NAMES:
-        task, legacy_noise = LEGACY_NAMES[task]
-        if noise not in ("gaussian", legacy_noise):
-            raise SmoothcertError(f"certifier {task!r} already implies noise {legacy_noise!r}")
-        noise = legacy_noise
+    """(certifier, noise) with an old certifier name upgraded; the noise checked against the
+    certifier's."""
+    task, noise = certifier_spelling(task, noise)
     cls = task_class(task)
     NOISES[noise]  # an unknown name raises with the list of known ones
     if cls.noises is not None and noise not in cls.noises:
@@ -214,9 +211,9 @@ def certify_dataset(
     """
     source = load_source(model, device, num_classes)
     data = as_examples(dataset)
-    certifier, implied = LEGACY_NAMES.get(certifier, (certifier, None))
+    certifier, noise = certifier_spelling(certifier, noise)
     needs_n0 = task_class(certifier).needs_n0  # an unknown name raises, listing the known ones
-    sigma, noise = _sigma_and_noise(sigma, noise or implied, source.meta)
+    sigma, noise = _sigma_and_noise(sigma, noise, source.meta)
     cfg = RunConfig(
         task=certifier, checkpoint_sha256=source.sha256, dataset=data.name, split=data.split,
         sigma=sigma, n=n, alpha=alpha, batch=batch, seed=seed, skip=skip, max_count=max_count,
@@ -280,9 +277,8 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     if mine:  # e.g. the sound noises' 8-bit grid: refused before the file is opened
         noise.check_input(data.example(mine[0])[0])
     path = shard_path(out, *shard) if out is not None else None
-    cfg, legacy = _file_rule(cfg, path)
-    writer, done = _open(path, cfg, legacy, source, shard, len(data),
-                         data_files(data.dataset))
+    cfg = _file_chunk(cfg, path)
+    writer, done = _open(path, cfg, source, shard, len(data), data_files(data.dataset))
     smoothed = Smoothed(source.model, noise, source.num_classes,
                         BatchedVotes(**cfg.engine, chunk=cfg.chunk))
     previous = read_records(path) if path is not None else _no_records(certifier.columns)
@@ -301,27 +297,26 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     return read_records(path).rows() if path is not None else produced
 
 
-def _file_rule(cfg: RunConfig, path) -> tuple[RunConfig, bool]:
-    """``cfg`` as the existing file at ``path`` was drawn, and whether it is a legacy file (its
-    identity stores ``batch``: chunks of that batch, identity compared the old way)."""
+def _file_chunk(cfg: RunConfig, path) -> RunConfig:
+    """``cfg`` with the chunk size of the existing record file at ``path``: a resumed run draws
+    as the file's rows were drawn. A chunk that is not an integer >= 1 is refused."""
     old = read_manifest(path) if path is not None and path.exists() else None
-    identity = (old or {}).get("identity")
-    if not isinstance(identity, dict) or "batch" not in identity or "chunk" in identity:
-        return cfg, False
-    if isinstance(identity["batch"], bool) or not isinstance(identity["batch"], int) \
-            or identity["batch"] < 1:
-        raise SmoothcertError(f"{manifest_path(path)}: identity batch must be an integer >= 1, "
-                              f"got {identity['batch']!r}")
-    return dataclasses.replace(cfg, chunk=identity["batch"]), True
+    chunk = ((old or {}).get("identity") or {}).get("chunk")
+    if chunk is None or chunk == cfg.chunk:
+        return cfg
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise SmoothcertError(f"{manifest_path(path)}: identity chunk must be an integer >= 1, "
+                              f"got {chunk!r}")
+    return dataclasses.replace(cfg, chunk=chunk)
 
 
-def _open(path, cfg: RunConfig, legacy: bool, source: ModelSource, shard, dataset_size: int,
+def _open(path, cfg: RunConfig, source: ModelSource, shard, dataset_size: int,
           files: dict | None = None):
     """The record writer and the indices already done; a writer that keeps nothing without a
     file. A run that extends the file's index list updates its manifest's ``indices``."""
     if path is None:
         return _NoFile(), set()
-    manifest = _manifest(cfg, source, shard, dataset_size, legacy)
+    manifest = _manifest(cfg, source, shard, dataset_size)
     if files is not None:  # which data files were read (provenance: the data may move)
         manifest["provenance"]["data_files"] = files
     old = read_manifest(path) if path.exists() else None
@@ -425,40 +420,24 @@ def _check_compatible(source: ModelSource, data: Examples) -> None:
         )
 
 
-def _identity(cfg: RunConfig, legacy: bool = False) -> dict:
-    """The run's identity (see the module doc): without ``batch`` and ``max_count``, with
-    ``chunk``; with ``legacy``, the identity of the files from before fixed chunks: ``batch``
-    (= their chunk) and ``max_count``, no ``chunk``. The engine's settings only when some
-    differ from the defaults, so that plain runs keep the identity they had before the
-    settings existed (and resume); the same for an explicit index list."""
-    identity = dataclasses.asdict(cfg)
-    chunk = identity.pop("chunk")
-    if legacy:
-        identity["batch"] = chunk
-    else:
-        del identity["batch"], identity["max_count"]
-        identity["chunk"] = chunk
-    for key in ("engine", "indices"):  # absent when default: older files keep resuming
-        if not identity[key]:
-            del identity[key]
-    legacy = {pair: name for name, pair in LEGACY_NAMES.items()}.get((cfg.task, cfg.noise))
-    if legacy is not None or cfg.noise == "gaussian":  # the identity it had before --noise
-        identity["task"] = legacy or cfg.task
-        del identity["noise"]
-    if "indices" in identity:
-        identity["indices"] = list(identity["indices"])  # as JSON reads it back
-    return identity
+def run_identity(cfg: RunConfig) -> dict:
+    """The run's identity (see the module doc), as JSON reads it back: every field of ``cfg``
+    but ``batch`` and ``max_count``."""
+    fields = dataclasses.asdict(cfg)
+    del fields["batch"], fields["max_count"]
+    if fields["indices"] is not None:
+        fields["indices"] = list(fields["indices"])
+    return fields
 
 
-def _manifest(cfg: RunConfig, source: ModelSource, shard, dataset_size: int,
-              legacy: bool = False) -> dict:
+def _manifest(cfg: RunConfig, source: ModelSource, shard, dataset_size: int) -> dict:
+    """The manifest of a new record file (``open_records`` adds its columns and format)."""
     indices = {"dataset_size": dataset_size, "skip": cfg.skip, "max_count": cfg.max_count}
     if cfg.indices is not None:
         indices["explicit"] = list(cfg.indices)
-    identity = _identity(cfg, legacy)
     return {
-        "kind": identity["task"],
-        "identity": identity,
+        "kind": cfg.task,
+        "identity": run_identity(cfg),
         "shard": {"index": shard[0], "count": shard[1]},
         "indices": indices,
         "provenance": {

@@ -28,7 +28,7 @@ from ..certifiers.lbound import CONFIDENCE, HEURISTIC
 from ..errors import SmoothcertError
 from ..stats.margins import BOUNDS
 
-# why the sequential certifier stopped sampling (stats/sequential_tests.py, ``_stop_reason``)
+# why the sequential certifier stopped sampling (stats/sequential_levels.py, ``_stop_reason``)
 STOP_REASONS = ("all", "n_max", "unreachable", "futile")
 
 

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
-from ..registry import Registry
+from ..registry import Configurable, Registry, option
 from ..tensors import eval_mode
 
 ATTACKS: Registry = Registry("attack")
@@ -139,17 +139,24 @@ class AttackResult:
     distance: torch.Tensor
 
 
-class SoftSmoothedAttack(abc.ABC):
+class SoftSmoothedAttack(Configurable, abc.ABC):
     """Base of the L2 attacks on the soft smoothed classifier.
 
-    Subclasses take keyword-only hyperparameters (``num_steps`` = T, the number of gradient
-    evaluations) and implement :meth:`_perturbation`. ε is an argument of :meth:`attack`, not
-    a hyperparameter, because SmoothAdv's warm-up changes it every epoch and a minimal-distance
-    search changes it per input.
+    Subclasses extend the ``Options`` dataclass (``num_steps`` = T, the number of gradient
+    evaluations) with their own hyperparameters and implement :meth:`_perturbation`. ε is an
+    argument of :meth:`attack`, not a hyperparameter, because SmoothAdv's warm-up changes it
+    every epoch and a minimal-distance search changes it per input.
     """
 
-    def __init__(self, *, num_steps: int = 10):
-        self.num_steps = check_count("num_steps", num_steps)  # T: gradient steps per attack
+    plugin_kind = "attack"
+    option_word = "hyperparameter"
+
+    @dataclass(frozen=True)
+    class Options:
+        num_steps: int = option(10, "T: gradient steps per attack")
+
+        def __post_init__(self):
+            check_count("num_steps", self.num_steps)
 
     @final
     def attack(
@@ -278,11 +285,16 @@ class PGDL2(SoftSmoothedAttack):
     divides by ‖δ‖ + 1e-7, a difference below float32 rounding).
     """
 
-    def __init__(self, *, num_steps: int = 10, rel_stepsize: float | None = None):
-        super().__init__(num_steps=num_steps)
-        if rel_stepsize is not None:
-            rel_stepsize = check_positive_finite("rel_stepsize", rel_stepsize)
-        self.rel_stepsize = rel_stepsize  # α / ε; None: 2 / T (Salman et al.)
+    name = "pgd"
+
+    @dataclass(frozen=True)
+    class Options(SoftSmoothedAttack.Options):
+        rel_stepsize: float | None = option(None, "α / ε (null: 2 / T, Salman et al.)")
+
+        def __post_init__(self):
+            super().__post_init__()
+            if self.rel_stepsize is not None:
+                check_positive_finite("rel_stepsize", self.rel_stepsize)
 
     def _perturbation(self, objective, x, epsilon, generator):
         rel = 2.0 / self.num_steps if self.rel_stepsize is None else self.rel_stepsize
@@ -334,23 +346,23 @@ class DDN(SoftSmoothedAttack):
     can leave the ε-ball by up to ½·√d/255 (≈ 0.1 on CIFAR-10).
     """
 
-    def __init__(
-        self,
-        *,
-        num_steps: int = 10,
-        gamma: float = 0.05,
-        init_norm: float | None = None,
-        quantize_levels: int | None = None,
-    ):
-        super().__init__(num_steps=num_steps)
-        # γ: relative norm change per step, in (0, 1) (--gamma-DDN 0.05, Salman et al.)
-        self.gamma = check_probability("gamma", gamma)
-        if init_norm is not None:
-            init_norm = check_positive_finite("init_norm", init_norm)
-        self.init_norm = init_norm  # starting norm budget (pixel units); None: ε
-        if quantize_levels is not None:
-            quantize_levels = check_count("quantize_levels", quantize_levels, minimum=2)
-        self.quantize_levels = quantize_levels
+    name = "ddn"
+
+    @dataclass(frozen=True)
+    class Options(SoftSmoothedAttack.Options):
+        gamma: float = option(0.05, "γ: relative norm change per step, in (0, 1) (Salman et "
+                                    "al.'s --gamma-DDN)")
+        init_norm: float | None = option(None, "starting norm budget, pixel units (null: ε)")
+        quantize_levels: int | None = option(None, "round iterates to this many grey levels "
+                                                   "(null: off)")
+
+        def __post_init__(self):
+            super().__post_init__()
+            check_probability("gamma", self.gamma)
+            if self.init_norm is not None:
+                check_positive_finite("init_norm", self.init_norm)
+            if self.quantize_levels is not None:
+                check_count("quantize_levels", self.quantize_levels, minimum=2)
 
     def _perturbation(self, objective, x, epsilon, generator):
         radius = epsilon.clone() if self.init_norm is None else torch.full_like(

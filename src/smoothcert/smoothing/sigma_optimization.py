@@ -10,9 +10,11 @@ the authors' code, github.com/MotasemAlfarra/Data_Dependent_Randomized_Smoothing
   certificates sound (:mod:`smoothcert.certifiers.data_dependent`), and training with a σ per
   example, Algorithm 2 (:mod:`smoothcert.training.sigma_modes`).
 
-The uniform-noise / L1 variant replaces the Gaussian soft radius σ/2·(Φ⁻¹(ψ_A) − Φ⁻¹(ψ_B)) by
-λ·(ψ_A − ψ_B), λ = √3·σ (Yang et al. 2020; the L1 certificate of the authors' follow-up
-library ``ddsmoothing/certificate.py``). σ is always the noise's standard deviation.
+The soft radius is the noise's own (:attr:`smoothcert.noise.Noise.soft_radius`): Gaussian
+σ/2·(Φ⁻¹(ψ_A) − Φ⁻¹(ψ_B)); uniform (L1) λ·(ψ_A − ψ_B), λ = √3·σ (Yang et al. 2020; the L1
+certificate of the authors' follow-up library ``ddsmoothing/certificate.py``). A noise without
+one is refused (one SmoothcertError), never optimized with another noise's formula. σ is always
+the noise's standard deviation.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import SmoothcertError, check_count, unknown_name
-from ..noise.base import NOISES
+from ..errors import SmoothcertError, check_count
+from ..noise.base import NOISES, with_soft_radius
 from ..tensors import eval_mode, frozen, model_device
 
 # Defaults of Algorithm 1, from the code that produced the paper's certification numbers.
@@ -112,7 +114,8 @@ def optimize_sigma(
     training the σ_x of the previous epoch). Each of the ``num_steps`` steps draws fresh unit
     noise ε (n = ``num_samples`` per input, from ``generator``), forms ψ = mean softmax of
     f(x + σ·ε) (the reparameterization trick: ε does not depend on σ), and takes the ascent step
-    σ ← max(σ + α_σ·∂R/∂σ, ``min_sigma``) on
+    σ ← max(σ + α_σ·∂R/∂σ, ``min_sigma``) on the noise's soft radius R(σ, ψ_A, ψ_B)
+    (:attr:`~smoothcert.noise.Noise.soft_radius`):
 
     * Gaussian noise: R(σ) = σ/2·(Φ⁻¹(ψ_A) − Φ⁻¹(ψ_B)), ψ clamped to ``clamp``;
     * uniform noise:  R(σ) = λ·(ψ_A − ψ_B), λ = √3·σ (no clamp: there is no Φ⁻¹);
@@ -122,6 +125,9 @@ def optimize_sigma(
     independently. The model is put in eval mode (its previous mode is restored) and gets no
     parameter gradients. Returns σ_x, shape (B,), detached, on the model's device, in x's dtype,
     ≥ ``min_sigma``.
+
+    ``noise`` names a registered noise with a soft radius; any other raises
+    :class:`SmoothcertError` naming it.
 
     This is a heuristic: σ_x carries no guarantee by itself. Certificates come from CERTIFY at
     σ_x, made sound for the data-dependent classifier by :class:`Memory`.
@@ -137,7 +143,7 @@ def optimize_sigma(
             sigma.requires_grad_(True)
             eps = unit.sample(x_rep, generator)  # fresh draws each step
             psi = _soft_scores(model, x_rep, sigma, eps, num_samples)
-            radius = _soft_radius(psi, sigma, noise, clamp)
+            radius = _soft_radius(psi, sigma, unit, clamp)
             (grad,) = torch.autograd.grad(radius.sum(), sigma)
             sigma = (sigma.detach() + step_size * grad).clamp_min(min_sigma)
     return sigma.detach()
@@ -162,9 +168,10 @@ def soft_radius(
     x = x.to(model_device(model))
     sigma = _initial_sigma(sigma, x)
     x_rep = x.repeat_interleave(num_samples, dim=0)
-    eps = NOISES[noise](1.0).sample(x_rep, generator)
+    unit = NOISES[noise](1.0)
+    eps = unit.sample(x_rep, generator)
     with eval_mode(model):
-        return _soft_radius(_soft_scores(model, x_rep, sigma, eps, num_samples), sigma, noise,
+        return _soft_radius(_soft_scores(model, x_rep, sigma, eps, num_samples), sigma, unit,
                             clamp)
 
 
@@ -175,12 +182,11 @@ def _soft_scores(model, x_rep, sigma, eps, num_samples) -> torch.Tensor:
     return probs.view(sigma.shape[0], num_samples, -1).mean(dim=1)
 
 
-def _soft_radius(psi: torch.Tensor, sigma: torch.Tensor, noise: str, clamp) -> torch.Tensor:
-    top2 = psi.topk(2, dim=1).values
-    if noise == "uniform":  # λ·(ψ_A − ψ_B), λ = √3·σ
-        return math.sqrt(3.0) * sigma * (top2[:, 0] - top2[:, 1])
-    psi_a, psi_b = top2.clamp(*clamp).unbind(dim=1)  # σ/2·(Φ⁻¹(ψ_A) − Φ⁻¹(ψ_B))
-    return sigma / 2 * (torch.special.ndtri(psi_a) - torch.special.ndtri(psi_b))
+def _soft_radius(psi: torch.Tensor, sigma: torch.Tensor, noise, clamp) -> torch.Tensor:
+    """The noise's soft radius (B,) at the top two entries ψ_A ≥ ψ_B of ψ (B, C): no label, as
+    at certification there is none (the authors' code takes ``topk(ψ, 2)``)."""
+    psi_a, psi_b = psi.topk(2, dim=1).values.unbind(dim=1)
+    return noise.soft_radius(sigma, psi_a, psi_b, clamp)
 
 
 def _initial_sigma(sigma0, x: torch.Tensor) -> torch.Tensor:
@@ -201,8 +207,7 @@ def _initial_sigma(sigma0, x: torch.Tensor) -> torch.Tensor:
 
 
 def _check_optimize_args(x, num_steps, step_size, num_samples, noise, clamp, min_sigma) -> None:
-    if noise not in NOISES:
-        raise unknown_name("noise", noise, NOISES)
+    with_soft_radius(noise, "data-dependent σ")  # an unknown name lists the known ones
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 2:
         raise SmoothcertError("x must be a floating-point batch of shape (B, C, H, W)")
     if not torch.isfinite(x).all():

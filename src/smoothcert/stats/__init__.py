@@ -2,6 +2,7 @@
 
 * :mod:`.binomial` — Clopper–Pearson bounds and the exact binomial test (Cohen et al.);
 * :mod:`.sequential_tests` — confidence bounds valid over all looks of a sequential test;
+* :mod:`.sequential_levels` — the grid of radii and the sequential procedure that certifies it;
 * :mod:`.margins` — the L-bound's margin bounds (Campbell et al.; Hoeffding / Bonferroni).
 """
 

@@ -7,11 +7,10 @@ field is declared: its metadata (:func:`_doc`) holds its help text, its flag whe
 generates its flags and its ``--help`` from the fields. ``SCHEDULES`` names the learning-rate
 schedules, each stepped once per epoch.
 
-Configs written before ``sigma_mode_params`` existed (recipes, ``config.yaml`` files, the configs
-stored in checkpoints) name the data-dependent σ mode's parameters ``dd_steps``,
-``dd_step_size``, ``dd_num_samples`` and ``dd_start_epoch``; ``TrainConfig`` still takes them, as
-keyword arguments and in :meth:`TrainConfig.from_dict`, folds them into ``sigma_mode_params``
-(:data:`LEGACY_SIGMA_PARAMS`) and still answers them as attributes.
+A config as a dict (:meth:`TrainConfig.to_dict`: ``config.yaml``, a checkpoint's config) carries
+its ``format_version``; :meth:`TrainConfig.from_dict` reads older versions through
+:func:`smoothcert.upgrade.upgrade_config`, and the old ``dd_*`` keyword arguments go through
+:func:`smoothcert.upgrade.sigma_keywords`.
 """
 
 from __future__ import annotations
@@ -22,12 +21,12 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch.optim.lr_scheduler import LRScheduler, MultiStepLR, StepLR
 
-from ..data.datasets import DATASETS
+from ..data.registry import DATASETS
 from ..errors import (
     MAX_BATCH,
     SmoothcertError,
@@ -41,18 +40,9 @@ from ..methods import METHODS, build_method
 from ..models import MODELS
 from ..models.archs import EXTERNAL_ZOOS
 from ..noise.base import NOISES
-from ..registry import Registry
+from ..registry import Configurable, Registry, describe_options, keyword_defaults
+from ..upgrade import CONFIG_VERSION, VERSION_KEY, accepts_sigma_keywords, upgrade_config
 from .sigma_modes import SIGMA_MODES, SigmaMode, build_sigma_mode
-
-LEGACY_SIGMA_MODE = "data_dependent"
-LEGACY_SIGMA_PARAMS = {
-    "dd_steps": "num_steps",
-    "dd_step_size": "step_size",
-    "dd_num_samples": "num_samples",
-    "dd_start_epoch": "start_epoch",
-}
-"""Old config key -> parameter of the ``data_dependent`` σ mode (``sigma_mode_params``); the
-init-only arguments at the end of :class:`TrainConfig` are these keys, in this order."""
 
 
 def _doc(help: str, *, flag: str | None = None, metavar: str | None = None,
@@ -65,6 +55,7 @@ def _doc(help: str, *, flag: str | None = None, metavar: str | None = None,
 
 
 # --------------------------------------------------------------------------- config
+@accepts_sigma_keywords
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything that determines a training run (except the device).
@@ -82,11 +73,10 @@ class TrainConfig:
     ``sigma`` and optimised by OptimizeSigma as the epochs go (Alfarra et al. 2022, Alg. 2; the
     method must support a per-sample σ); ``sigma_mode_params`` sets its parameters
     (:class:`~smoothcert.training.sigma_modes.PerExampleSigma`: ``num_steps``, ``step_size``,
-    ``num_samples``, ``start_epoch``, defaulting to the authors' training scripts). The old keys
-    ``dd_steps``, ``dd_step_size``, ``dd_num_samples``, ``dd_start_epoch`` are accepted as
-    arguments (:data:`LEGACY_SIGMA_PARAMS`); under another σ mode they are checked and ignored,
-    as they always were. Read as attributes they give the data-dependent mode's parameters: this
-    config's where it is that mode's, else the mode's defaults.
+    ``num_samples``, ``start_epoch``, defaulting to the authors' training scripts). Their old
+    spellings, the keyword arguments ``dd_steps``, ``dd_step_size``, ``dd_num_samples`` and
+    ``dd_start_epoch``, still work, with a deprecation line
+    (:func:`smoothcert.upgrade.sigma_keywords`).
 
     ``train_size`` (default: the whole split) trains on a fixed class-balanced subset of the
     training split (:func:`smoothcert.data.datasets.balanced_subset`), the same for every run and
@@ -142,9 +132,7 @@ class TrainConfig:
         choices=lambda: keyword_choices(SIGMA_MODES)))
     sigma_mode_params: dict = field(default_factory=dict, metadata=_doc(
         "a parameter of the σ mode, e.g. --sigma-param start_epoch=4 (repeatable; each mode's "
-        "defaults are listed below; --dd-steps, --dd-step-size, --dd-num-samples and "
-        "--dd-start-epoch are the old spellings of num_steps, step_size, num_samples and "
-        "start_epoch)", flag="--sigma-param", metavar="KEY=VALUE"))
+        "defaults are listed below)", flag="--sigma-param", metavar="KEY=VALUE"))
     train_size: int | None = field(default=None, metadata=_doc(
         "train on a fixed class-balanced subset of N training examples, the same for every run "
         "and seed (default: the whole training split)", metavar="N"))
@@ -156,32 +144,28 @@ class TrainConfig:
     image_size: int | None = field(default=None, metadata=_doc(
         "side S of the square inputs of an image folder: Resize(S·8/7) + CenterCrop(S) for "
         "evaluation, RandomResizedCrop(S) + flip for training (default 224)", metavar="S"))
-    # Old spellings of sigma_mode_params (LEGACY_SIGMA_PARAMS): init-only, never stored.
-    dd_steps: InitVar[int | None] = None
-    dd_step_size: InitVar[float | None] = None
-    dd_num_samples: InitVar[int | None] = None
-    dd_start_epoch: InitVar[int | None] = None
-
-    def __post_init__(self, *legacy):
-        for name, value in _validated(self, dict(zip(LEGACY_SIGMA_PARAMS, legacy))).items():
+    def __post_init__(self):
+        for name, value in _validated(self).items():
             object.__setattr__(self, name, value)
-        for old, value in _legacy_attributes(self).items():
-            object.__setattr__(self, old, value)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain Python values (lists, not tuples), ready for YAML and checkpoints."""
+        """Plain Python values (lists, not tuples), ready for YAML and checkpoints, with the
+        config format's ``format_version`` (:data:`smoothcert.upgrade.CONFIG_VERSION`)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d.update(method_params=dict(self.method_params), lr_milestones=list(self.lr_milestones),
                  sigma_mode_params=dict(self.sigma_mode_params),
                  arch_kwargs=dict(self.arch_kwargs))
-        return d
+        return {VERSION_KEY: CONFIG_VERSION, **d}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:
-        """Inverse of :meth:`to_dict`, also for the configs of older versions (the ``dd_*`` keys,
-        no ``noise``: Gaussian); unknown or missing keys raise, listing the valid ones."""
+        """Inverse of :meth:`to_dict`, for a config of any version (one without
+        ``format_version`` is read as version 1: :func:`smoothcert.upgrade.upgrade_config`);
+        unknown or missing keys raise, listing the valid ones."""
+        d = upgrade_config(d)
+        del d[VERSION_KEY]
         names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(d) - set(names) - set(LEGACY_SIGMA_PARAMS))
+        unknown = sorted(set(d) - set(names))
         if unknown:
             raise SmoothcertError(
                 f"unknown config key(s) {', '.join(unknown)}; valid: {', '.join(names)}"
@@ -194,14 +178,14 @@ class TrainConfig:
     def differences(self, other: TrainConfig) -> list[str]:
         """Keys whose values differ from ``other`` (``data_root`` excepted: the data may move)."""
         a, b = self.to_dict(), other.to_dict()
-        return [k for k in a if k != "data_root" and a[k] != b[k]]
+        return [k for k in a if k not in ("data_root", VERSION_KEY) and a[k] != b[k]]
 
 
 def _required(f: dataclasses.Field) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
-def _validated(c: TrainConfig, legacy: dict[str, Any]) -> dict[str, Any]:
+def _validated(c: TrainConfig) -> dict[str, Any]:
     """Checked and normalised values of every field; raises SmoothcertError on the first bad one."""
     method = build_method(_check_str("method", c.method), **_check_mapping("method_params",
                                                                            c.method_params))
@@ -230,7 +214,8 @@ def _validated(c: TrainConfig, legacy: dict[str, Any]) -> dict[str, Any]:
         "sigma_mode": _check_name("sigma_mode", c.sigma_mode, SIGMA_MODES),
         "train_size": None if c.train_size is None else check_count("train_size", c.train_size),
     }
-    mode = _sigma_mode(values["sigma_mode"], c.sigma_mode_params, legacy)
+    mode = build_sigma_mode(values["sigma_mode"], **_check_mapping("sigma_mode_params",
+                                                                    c.sigma_mode_params))
     _check_sigma_mode(values, mode, method)
     _check_method_noise(method, values["noise"])
     return {**values, "sigma_mode_params": mode.params()}
@@ -243,25 +228,6 @@ def _check_method_noise(method, noise: str) -> None:
                               f"{', '.join(method.noises)} only, not {noise!r}")
 
 
-def _sigma_mode(name: str, params, legacy: dict[str, Any]) -> SigmaMode:
-    """The σ mode ``name`` built from ``params`` and the old ``dd_*`` keys in ``legacy`` (those
-    that are not None), which are checked whatever the mode but only apply to theirs."""
-    params = _check_mapping("sigma_mode_params", params)
-    given = {LEGACY_SIGMA_PARAMS[k]: v for k, v in legacy.items() if v is not None}
-    if given:
-        build_sigma_mode(LEGACY_SIGMA_MODE, **given)
-    if name != LEGACY_SIGMA_MODE:
-        given = {}
-    clash = sorted(k for k in set(given) & set(params) if given[k] != params[k])
-    if clash:
-        old = {new: old for old, new in LEGACY_SIGMA_PARAMS.items()}
-        said = "; ".join(f"{old[k]}={given[k]!r} vs sigma_mode_params {k}={params[k]!r}"
-                         for k in clash)
-        raise SmoothcertError(f"old and new spelling of a σ-mode parameter disagree ({said}); "
-                              "give each parameter once")
-    return build_sigma_mode(name, **{**given, **params})
-
-
 def _check_sigma_mode(values: dict[str, Any], mode: SigmaMode, method) -> None:
     """A per-sample σ needs a method that trains at one, and the mode may need more epochs."""
     if mode.per_sample and not method.supports_per_sample_sigma:
@@ -271,14 +237,7 @@ def _check_sigma_mode(values: dict[str, Any], mode: SigmaMode, method) -> None:
             f"{values['sigma_mode']}); use sigma_mode fixed, or one of: {', '.join(able)}"
         )
     mode.check_epochs(values["epochs"])
-
-
-def _legacy_attributes(c: TrainConfig) -> dict[str, Any]:
-    """``dd_*`` -> the data-dependent σ mode's parameter: ``c``'s where that is its mode, else
-    the mode's default."""
-    params = c.sigma_mode_params if c.sigma_mode == LEGACY_SIGMA_MODE else \
-        build_sigma_mode(LEGACY_SIGMA_MODE).params()
-    return {old: params[new] for old, new in LEGACY_SIGMA_PARAMS.items()}
+    mode.check_noise(values["noise"])
 
 
 def _check_str(name: str, value) -> str:
@@ -376,15 +335,19 @@ def described(registry: Mapping[str, Any]) -> dict[str, str]:
 
 
 def keyword_choices(registry: Mapping[str, type]) -> dict[str, str]:
-    """Each class's summary and the defaults of its keyword-only parameters (a method's
-    hyperparameters, a σ mode's parameters)."""
-    return {name: _with_defaults(_summary(cls), cls) for name, cls in registry.items()}
+    """Each plug-in's summary, then one line per option (a method's hyperparameters, a σ mode's
+    parameters, a certifier's options): ``key (type, default D): doc``, read off its options
+    dataclass (:func:`~smoothcert.registry.describe_options`); the help lays them out as
+    continuation rows ("\t" starts one)."""
+    return {name: "\n\t".join([_summary(cls), *_option_lines(cls)])
+            for name, cls in registry.items()}
 
 
-def _with_defaults(text: str, cls: type) -> str:
-    params = inspect.signature(cls.__init__).parameters.values()
-    defaults = [f"{p.name}={p.default!r}" for p in params if p.kind is p.KEYWORD_ONLY]
-    return f"{text} [{', '.join(defaults)}]" if defaults else text
+def _option_lines(cls: type) -> list[str]:
+    if isinstance(cls, type) and issubclass(cls, Configurable):
+        return describe_options(cls.Options)
+    # a plug-in whose options are still keyword-only __init__ arguments: no types or docs
+    return [f"{name} (default {default!r})" for name, default in keyword_defaults(cls).items()]
 
 
 def _dataset_choices() -> dict[str, str]:

@@ -7,8 +7,9 @@
 
 A σ mode is built as a training method is: its parameters (``TrainConfig.sigma_mode_params``,
 ``--sigma-param KEY=VALUE``) are keyword-only ``__init__`` arguments with defaults, checked there,
-and :func:`build_sigma_mode` is the boundary that names the valid ones. The trainer then calls
-:meth:`SigmaMode.start` once with the run's noise and training-set size, and
+and :func:`build_sigma_mode` is the boundary that names the valid ones. The config asks
+:meth:`SigmaMode.check_noise` whether the mode can train with the run's noise; the trainer then
+calls :meth:`SigmaMode.start` once with the run's noise and training-set size, and
 :meth:`SigmaMode.noise_for` before every step.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 
 from ..errors import SmoothcertError, check_count, check_positive_finite
-from ..noise.base import NOISES
+from ..noise.base import NOISES, with_soft_radius
 from ..registry import Registry, keyword_defaults
 from ..smoothing import sigma_optimization
 
@@ -60,6 +61,11 @@ class SigmaMode(abc.ABC):
 
     def check_epochs(self, epochs: int) -> None:
         """Raise :class:`SmoothcertError` if a run of ``epochs`` epochs cannot use this mode."""
+        return None
+
+    def check_noise(self, noise: str) -> None:
+        """Raise :class:`SmoothcertError` if this mode cannot train with the registered noise
+        ``noise`` (by default it can train with any)."""
         return None
 
     @abc.abstractmethod
@@ -125,7 +131,7 @@ class PerExampleSigma(SigmaMode):
 
     Configs written before ``sigma_mode_params`` existed call them ``dd_steps``,
     ``dd_step_size``, ``dd_num_samples`` and ``dd_start_epoch``
-    (:data:`smoothcert.training.config.LEGACY_SIGMA_PARAMS`).
+    (:data:`smoothcert.upgrade.OLD_SIGMA_PARAMS`).
 
     As in the authors' scripts (``train`` in ``ImageNet/train_rs.py``, ``CIFAR10/train_macer.py``)
     σ is optimised per batch right before that batch's step, on the same (augmented) inputs the
@@ -147,6 +153,11 @@ class PerExampleSigma(SigmaMode):
         self.num_samples = check_count("num_samples", num_samples)
         self.start_epoch = check_count("start_epoch", start_epoch, minimum=0)
 
+    def check_noise(self, noise: str) -> None:
+        """OptimizeSigma ascends the noise's soft radius: a noise without one is refused (it
+        is never optimized with another noise's formula)."""
+        with_soft_radius(noise, "sigma mode data_dependent")
+
     def check_epochs(self, epochs: int) -> None:
         if self.start_epoch >= epochs:
             raise SmoothcertError(
@@ -155,6 +166,7 @@ class PerExampleSigma(SigmaMode):
             )
 
     def start(self, noise: str, sigma: float, num_examples: int, device: torch.device) -> None:
+        self.check_noise(noise)  # the config checked it; a Trainer built by hand is checked here
         self.noise_name, self.noise_type = noise, NOISES[noise]
         self.fixed = self.noise_type(sigma)
         self.sigmas = torch.full((num_examples,), sigma, device=device)

@@ -1,0 +1,135 @@
+"""What certify, predict and attack share: they run a checkpoint's smoothed classifier over a
+dataset split into a record file, through one call of :func:`smoothcert.runs.certify_dataset`."""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import SmoothcertError
+from .common import (
+    BATCH,
+    DRAWS,
+    add_common,
+    example_args,
+    image_size_arg,
+    is_main_rank,
+    progress_bars,
+    resolve_device,
+    workers_arg,
+)
+
+
+# --------------------------------------------------------------------------- flags
+def noise_args(p) -> None:
+    from ..noise.base import NOISES
+
+    p.add_argument("--noise", choices=sorted(NOISES),
+                   help="smoothing noise; σ is its per-coordinate standard deviation (default: "
+                        "the checkpoint's)")
+    p.add_argument("--sigma", type=float, help="noise level (default: the checkpoint's)")
+
+
+def monte_carlo_args(p, n_help: str = "draws, at most 2**53 (default 100000)") -> None:
+    p.add_argument("--n", type=DRAWS, default=100_000, help=n_help)
+    p.add_argument("--alpha", type=float, default=0.001, help="failure probability")
+    p.add_argument("--batch", type=BATCH, default=1000,
+                   help="noisy inputs per forward pass, at most 2**31-1; lower it when the "
+                        "device runs out of memory")
+
+
+def dataset_run_args(p) -> None:
+    """Which examples, the seed, the record file and the shard: every runner command's flags."""
+    example_args(p, "test", "the split whose examples are run",
+                 "run seed; example idx uses (seed, idx)")
+    p.add_argument("--out", required=True, help="record file (TSV); a manifest goes beside it")
+    p.add_argument("--num-shards", type=int, help="default: WORLD_SIZE or SLURM array size")
+    p.add_argument("--shard-index", type=int, help="default: RANK or SLURM array task id")
+    image_size_arg(p, "image folders: side S of the square inputs (default: the "
+                      "checkpoint's input size)")
+    workers_arg(p)
+    _engine_args(p)
+    add_common(p)
+
+
+def _engine_args(p) -> None:
+    """The engine's optional accelerations; each changes the computed function, so each is
+    recorded in the run's identity."""
+    from ..smoothing.engine import PRECISIONS
+
+    p.add_argument("--precision", default="fp32", choices=tuple(PRECISIONS),
+                   help="run the model under bf16/fp16 autocast (noise stays float32; the "
+                        "certificate is then for the reduced-precision classifier)")
+    p.add_argument("--channels-last", action="store_true",
+                   help="channels-last memory format for the model and its inputs")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+
+
+# --------------------------------------------------------------------------- the shard
+def shard_from_env(env=os.environ) -> tuple[int, int]:
+    """(shard index, number of shards) from torchrun's RANK/WORLD_SIZE or a SLURM array; a
+    malformed variable is one SmoothcertError naming it."""
+    from ..training.distributed import launcher_rank, slurm_array_task
+
+    return launcher_rank(env) or slurm_array_task(env) or (0, 1)
+
+
+def _shard(args) -> tuple[int, int]:
+    """--shard-index/--num-shards over the launcher's rank (given both, the launcher is not
+    asked)."""
+    given = args.num_shards is not None and args.shard_index is not None
+    index, count = (0, 1) if given else shard_from_env()  # flags override the launcher's
+    count = args.num_shards if args.num_shards is not None else count
+    index = args.shard_index if args.shard_index is not None else index
+    if count < 1 or not 0 <= index < count:
+        raise SmoothcertError(f"--shard-index must lie in 0..{count - 1}, got {index}")
+    return index, count
+
+
+# --------------------------------------------------------------------------- the run
+def run_task(task: str, args, options: dict) -> None:
+    """Load the checkpoint's dataset split and hand everything to ``certify_dataset``; the
+    certifier is ``--certifier`` where the command has one, else ``task``."""
+    from ..models.checkpoint import load_checkpoint
+    from ..runs import certify_dataset
+    from ..runs.records import shard_path
+    from ..training.distributed import rank_device
+
+    meta = load_checkpoint(args.checkpoint).meta
+    device = rank_device(resolve_device(args.device))  # one GPU per torchrun rank
+    dataset, shard = _run_dataset(args, meta), _shard(args)
+    certify_dataset(
+        args.checkpoint,
+        dataset,
+        sigma=args.sigma,
+        noise=args.noise,
+        n0=getattr(args, "n0", 100),  # predict and attack have no selection draws
+        n=args.n,
+        alpha=args.alpha,
+        batch=args.batch,
+        seed=args.seed,
+        skip=args.skip,
+        max_count=args.max_count,
+        certifier=getattr(args, "certifier", task),
+        options=options,
+        out=args.out,
+        shard=shard,
+        device=device,
+        workers=args.workers,
+        engine={"precision": args.precision, "channels_last": args.channels_last,
+                "compile": args.compile},
+        progress=progress_bars(args) and is_main_rank(),
+    )
+    print(f"records: {shard_path(args.out, *shard)}")
+
+
+def _run_dataset(args, meta: dict):
+    """The split to run on; an image folder at the checkpoint's input size unless
+    ``--image-size`` says otherwise."""
+    from ..data.datasets import load_dataset
+    from ..data.registry import dataset_spec
+
+    name = args.dataset or meta["dataset"]
+    image_size = args.image_size
+    if image_size is None and dataset_spec(name).streamed:
+        image_size = int(meta["input_shape"][-1])
+    return load_dataset(name, args.split, data_root=args.data_root, image_size=image_size)

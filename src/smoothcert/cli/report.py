@@ -1,0 +1,150 @@
+"""``smoothcert report``: tables (and plots) of record files, of run folders (``--train``) or
+of pairs of record files (``--agreement``)."""
+
+from __future__ import annotations
+
+from ..errors import SmoothcertError
+from .common import command
+
+REPORT_RADII = "0:1:0.25"  # report's radii (attack files: distances) when --radii is not given
+
+# Every column of report's tables (README.md, "Reading the tables", says the same).
+REPORT_COLUMNS = """\
+columns (md and latex show fractions in %, csv and json as fractions in [0, 1]; every fraction \
+is over all n examples of the file, abstentions included):
+
+CERTIFY and PREDICT files, one row per file
+name\tthe file (its name, made distinct where two files share one)
+n\texamples in the file
+clean acc\taccuracy of the smoothed classifier: correct predictions / n, abstentions count as \
+wrong; for CERTIFY files this is the certified accuracy at r = 0
+abstain\tabstentions (predict = -1) / n
+ACR\taverage certified radius: the mean over all n of radius if correct, else 0 (Zhai et al. 2020)
+r=R\tcertified accuracy at radius R: examples predicted correctly with radius >= R, / n \
+(empty for PREDICT files)
+adjusted\tdata-dependent files: certificates the memory-based certifier changed
+σ_x min, σ_x mean, σ_x max\tthe smallest, mean and largest σ of the file's rows, shown when some \
+file's σ varies (data-dependent σ_x); a fixed-σ file shows its σ, a file without σ none
+envelope\tthe row of --envelope: the best file at each radius (the σ-envelope); clean acc is \
+the best file's, n, abstain and ACR are empty
+
+attack files, one row per file
+attack\tthe attack (pgd or ddn)
+clean acc\tPREDICT correct at the clean input / n; only these examples are attacked
+attacked\tfraction of the attacked examples whose smoothed prediction was flipped
+median dist\tmedian distance to a flip over the attacked examples, a failed attack counting as \
+infinite
+mean dist\tmean distance over the flipped examples
+d<=D\tfraction of the attacked examples flipped within distance D
+
+--train: one row per run folder
+method\tthe training method
+#HP\tits number of hyperparameters
+epochs\tcompleted epochs (log.tsv)
+s/epoch\tmean seconds per epoch
+peak MB\tlargest peak memory of an epoch, in MB
+ACR\tof the first CERTIFY record file in the folder
+
+--agreement: one row per pair of files
+first, second\tthe two files
+agree\tfraction of (example, radius) pairs that both files certify or both do not
+ΔACR, ± SE\tACR(second) − ACR(first) and its paired standard error over the examples
+r=R\ta/b: examples only the first file / only the second certifies at R"""
+
+
+def _report_args(p):
+    from ..evaluation.tables import FORMATS
+
+    p.add_argument("files", nargs="+",
+                   help="record files (smoothcert's or Cohen et al.'s; CERTIFY, PREDICT or "
+                        "attack records); run folders with --train")
+    p.add_argument("--radii", help="start:stop:step or a comma list; attack files: distances "
+                                   f"(default: {REPORT_RADII})")
+    p.add_argument("--format", default="md", choices=sorted(FORMATS), help="table format")
+    p.add_argument("--plot", help="write certified accuracy vs radius (attack files: the "
+                                  "attack curves) to this image file")
+    p.add_argument("--envelope", action="store_true",
+                   help="add the σ-envelope of the files (best certified accuracy per radius) "
+                        "to the table and the plot")
+    p.add_argument("--ecdf", metavar="IMAGE",
+                   help="write the empirical CDF of p̂_A per file (Sun et al. 2024, Fig. 3)")
+    p.add_argument("--sigma-hist", metavar="IMAGE",
+                   help="write the histogram of each file's per-example σ (its sigma column: "
+                        "σ_x for data-dependent files)")
+    p.add_argument("--common", action="store_true",
+                   help="compare the files on the examples (idx) they all hold, e.g. a file of "
+                        "the first 200 images against one of 500 (with --agreement: each pair "
+                        "on the examples both hold)")
+    p.add_argument("--train", action="store_true",
+                   help="compare training runs: method, #HP, s/epoch, peak memory, ACR")
+    p.add_argument("--agreement", action="store_true",
+                   help="compare the files in pairs (1st with 2nd, ...), example by example: "
+                        "per radius, a/b = examples only the first / only the second certifies")
+    p.add_argument("--into", metavar="DOC",
+                   help="also write the table into DOC, between the lines "
+                        "<!-- report:BLOCK --> and <!-- /report:BLOCK --> (needs --block)")
+    p.add_argument("--block", help="the block of --into DOC that receives the table")
+    p.epilog = REPORT_COLUMNS
+
+
+@command(
+    "report", "certified accuracy at radii, ACR and abstention, one row per file", _report_args,
+    resume_hint="rerun the same command",  # nothing to resume: it starts again
+)
+def cmd_report(args):
+    from ..evaluation.blocks import check_block, splice_block
+    from ..evaluation.metrics import parse_radii
+    from ..evaluation.report import agreement_report, report
+    from ..evaluation.train_report import train_report
+
+    if (args.into is None) != (args.block is None):
+        raise SmoothcertError("--into DOC and --block NAME go together")
+    _check_report_mode(args)
+    if args.into is not None:
+        _check_into(args.into, args.files, args.train)
+        check_block(args.into, args.block)
+    radii = args.radii if args.radii is not None else REPORT_RADII
+    if args.train:
+        table = train_report(args.files, fmt=args.format)
+    elif args.agreement:
+        table = agreement_report(args.files, radii, fmt=args.format, common=args.common)
+    else:
+        table = report(args.files, parse_radii(radii), fmt=args.format, plot=args.plot,
+                       envelope=args.envelope, ecdf=args.ecdf, sigma_hist=args.sigma_hist,
+                       common=args.common)
+    if args.into is not None:
+        splice_block(args.into, args.block, table)
+    print(table, end="")
+
+
+def _check_report_mode(args) -> None:
+    """Refuse a flag that the chosen table would silently ignore."""
+    if args.train and args.agreement:
+        raise SmoothcertError("--train and --agreement are different tables; pick one")
+    mode = "--train" if args.train else "--agreement" if args.agreement else None
+    if mode is None:
+        return
+    given = {"--plot": args.plot is not None, "--envelope": args.envelope,
+             "--ecdf": args.ecdf is not None, "--sigma-hist": args.sigma_hist is not None,
+             "--common": args.train and args.common,
+             "--radii": args.train and args.radii is not None}
+    ignored = [flag for flag, is_given in given.items() if is_given]
+    if ignored:
+        raise SmoothcertError(f"{' and '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} "
+                              f"not apply to {mode}; drop {'it' if len(ignored) == 1 else 'them'}"
+                              " or run report without " + mode)
+
+
+def _check_into(doc, files, train: bool) -> None:
+    """``--into DOC`` must not be a file the report reads: a record file or its manifest, or
+    (``--train``) a run folder's files."""
+    from ..io import check_not_input
+    from ..runs.records import manifest_path
+
+    if train:
+        from pathlib import Path
+
+        read = [f for folder in files for f in Path(folder).glob("*") if f.is_file()]
+    else:
+        read = [*files, *map(manifest_path, files)]
+    check_not_input(doc, read, "--into")

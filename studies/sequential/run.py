@@ -1,0 +1,73 @@
+"""Driver of the sequential study: the sequential certifier against fixed-n CERTIFY (n = 100,000)
+on the committed Fashion-MNIST LeNet, through benchmarks/sequential.py, then the certified
+accuracy of every record file into README.md's blocks.
+
+    python studies/sequential/run.py [--timing-images K] [--data-root DIR] [--quick] [--out DIR]
+
+Guarantees: resumable (benchmarks/sequential.py resumes complete and partial record files, so on
+the committed records it only re-times); committed records are never rewritten; ``--quick``
+trains a 1-epoch model on 300 examples and certifies 3 images with n = 500 under
+runs/studies-quick/sequential (or ``--out``), with a copy of README.md for the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+SMOOTHCERT = [sys.executable, "-m", "smoothcert.cli"]
+CHECKPOINT = HERE / "records" / "fmnist_lenet_s025.pt"  # committed; its recipe beside it
+GRIDS = {"grid_075": "0,0.25,0.5,0.75", "grid_050": "0,0.25,0.5"}
+
+
+def call(cmd: list[str], capture: bool = False) -> str:
+    """One call; its failure ends the driver with its exit code (the command said why)."""
+    done = subprocess.run(cmd, stdout=subprocess.PIPE if capture else None, text=True)
+    if done.returncode:
+        sys.exit(f"failed (exit {done.returncode}): {' '.join(cmd)}")
+    return done.stdout or ""
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--timing-images", type=int, default=4,
+                   help="images CERTIFY is timed on before and after (0: no wall clock)")
+    p.add_argument("--data-root", help="folder of the Fashion-MNIST files")
+    p.add_argument("--quick", action="store_true", help="toy sizes (the smoke test)")
+    p.add_argument("--out", help="where records and README.md go (default: this folder; "
+                                 "--quick: runs/studies-quick/sequential)")
+    args = p.parse_args(argv)
+    out = Path(args.out) if args.out else (
+        ROOT / "runs/studies-quick/sequential" if args.quick else HERE)
+    data = ["--data-root", args.data_root] if args.data_root else []
+    (out / "records").mkdir(parents=True, exist_ok=True)
+    doc = out / "README.md"
+    if not doc.exists():
+        shutil.copyfile(HERE / "README.md", doc)
+    checkpoint, sizes = CHECKPOINT, ["--timing-images", str(args.timing_images)]
+    if args.quick:
+        checkpoint = out / "model" / "checkpoint.pt"
+        call([*SMOOTHCERT, "train", "--config", str(HERE / "records/fmnist_lenet_s025.config.yaml"),
+              "--epochs", "1", "--train-size", "300", "--out", str(checkpoint.parent), "--resume",
+              "--no-progress", *data])
+        sizes = ["--max", "3", "--n", "500", "--timing-images", "1"]
+    call([sys.executable, str(ROOT / "benchmarks" / "sequential.py"), "--checkpoint",
+          str(checkpoint), "--out-dir", str(out / "records"), "--grids", *GRIDS.values(),
+          "--tests", "union", "mixture", "targeted", *sizes, *data])
+    for block, grid in GRIDS.items():
+        suffix = grid.replace(",", "_")
+        files = [out / "records" / "fixed_n.tsv"] + [
+            out / "records" / f"sequential_{test}_{suffix}.tsv"
+            for test in ("union", "mixture", "targeted")]
+        print(call([*SMOOTHCERT, "report", *map(str, files), "--radii", grid, "--into", str(doc),
+                    "--block", block], capture=True), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

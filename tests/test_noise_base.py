@@ -1,0 +1,248 @@
+"""The Noise base class and its capabilities: every registered noise declares them, the soft
+radius of each noise is its own formula, and data-dependent σ asks for it — a noise registered
+without one is refused in training and certification (Python: SmoothcertError; CLI: exit 2 with
+one line), where before it was silently optimized with the Gaussian formula, while ``certify``
+runs with it and its own radius."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import norm
+
+import smoothcert
+from conftest import Halfspace, write_checkpoint
+from smoothcert import SmoothcertError, certify_dataset
+from smoothcert.cli.app import main
+from smoothcert.noise import (
+    NOISES,
+    Gaussian,
+    Noise,
+    Uniform,
+    noises_with,
+    register_noise,
+    with_soft_radius,
+)
+from smoothcert.noise.base import NORMS
+from smoothcert.runs.records import read_records
+from smoothcert.smoothing.sigma_optimization import CLAMP, optimize_sigma
+from smoothcert.training import TrainConfig, build_sigma_mode
+
+
+class Laplace(Noise):
+    """Laplace noise, scale b = σ/√2 (its standard deviation is σ), and the L1 certificate
+    −b·log(2(1 − p)) (Teng, Lee & Yuan 2020), which is tight for a halfspace: P(x₁ + δ₁ > 0) = p
+    at x₁ = −b·log(2(1 − p)). It declares no soft radius: the noise the issue asks for."""
+
+    norm = "l1"
+
+    def sample(self, like, generator=None):
+        return self.sample_(torch.empty_like(like), generator)
+
+    def sample_(self, out, generator=None):
+        other = torch.empty_like(out).exponential_(generator=generator)  # E₁ − E₂ ~ Laplace(1)
+        out.exponential_(generator=generator).sub_(other)
+        return out.mul_(self._broadcast_sigma(out) / math.sqrt(2.0))
+
+    def radius(self, p):
+        scale = self._sigma_float64() / math.sqrt(2.0)
+        r = -scale * np.log(2.0 * (1.0 - np.asarray(p, dtype=np.float64)))
+        return float(r) if np.ndim(r) == 0 else r
+
+
+@pytest.fixture
+def laplace():
+    """``laplace`` registered for one test, and removed after it."""
+    register_noise("laplace")(Laplace)
+    yield Laplace
+    del NOISES["laplace"]
+
+
+# --------------------------------------------------------------------------- the base class
+@pytest.mark.parametrize("name", list(NOISES))
+def test_every_noise_declares_its_capabilities(name):
+    cls = NOISES[name]
+    assert issubclass(cls, Noise) and cls.name == name and cls.norm in NORMS
+    assert cls.soft_radius is None or cls.per_sample_sigma  # data-dependent σ needs both
+    noise = cls(0.25)
+    x = torch.zeros(3, 1, 2, 2)
+    assert noise.perturb(x, torch.Generator().manual_seed(0)).shape == x.shape
+    assert noise.radius(0.9) > noise.radius(0.7) > 0
+    if not cls.per_sample_sigma:
+        with pytest.raises(SmoothcertError, match="needs one σ"):
+            cls(torch.tensor([0.25, 0.5]))
+
+
+def test_public_names_and_the_capability_lists():
+    assert smoothcert.Gaussian is Gaussian and smoothcert.noise.Uniform is Uniform
+    assert noises_with("soft_radius") == ("gaussian", "uniform")
+    assert set(noises_with("per_sample_sigma")) == {"gaussian", "uniform"}
+    assert NOISES["discrete-gaussian"].soft_radius is None
+
+
+def test_the_data_dependent_certifier_follows_the_registry(laplace):
+    from smoothcert.certifiers import CERTIFIERS
+
+    assert CERTIFIERS["data-dependent"].noises == ("gaussian", "uniform")
+    laplace.soft_radius = staticmethod(Uniform.soft_radius)  # one with a soft radius joins
+    try:
+        assert CERTIFIERS["data-dependent"].noises == ("gaussian", "uniform", "laplace")
+    finally:
+        del laplace.soft_radius
+
+
+@pytest.mark.parametrize("body, match", [
+    ({}, "must set norm"),
+    ({"norm": "linf"}, "must set norm to one of l2, l1"),
+    ({"norm": "l1", "per_sample_sigma": False,
+      "soft_radius": staticmethod(Uniform.soft_radius)}, "soft radius but no per-sample σ"),
+])
+def test_register_noise_refuses_an_incomplete_plug_in(body, match):
+    cls = type("Broken", (Laplace,), body)
+    if "norm" not in body:
+        cls.norm = None
+    with pytest.raises(TypeError, match=match):
+        register_noise("broken")(cls)
+    with pytest.raises(TypeError, match="must subclass"):
+        register_noise("broken")(object)
+    assert "broken" not in NOISES
+
+
+# --------------------------------------------------------------------------- soft radii
+@pytest.mark.parametrize("name", noises_with("soft_radius"))
+def test_a_soft_radius_is_the_certificate_at_the_complement(name):
+    """With ψ_B = 1 − ψ_A (two classes) the surrogate is the noise's own certified radius."""
+    cls = NOISES[name]
+    sigma = torch.tensor([0.25, 0.5, 1.0], dtype=torch.float64)
+    p = torch.tensor([0.55, 0.8, 0.97], dtype=torch.float64)  # inside CLAMP
+    soft = cls.soft_radius(sigma, p, 1 - p, CLAMP)
+    np.testing.assert_allclose(soft.numpy(), cls(sigma).radius(p.numpy()), rtol=1e-12)
+
+
+def test_gaussian_soft_radius_is_alfarras_with_its_clamp_and_gradient():
+    sigma = torch.tensor([0.25, 0.5, 1.0], dtype=torch.float64, requires_grad=True)
+    psi_a = torch.tensor([0.6, 0.9, 0.999], dtype=torch.float64)
+    psi_b = torch.tensor([0.3, 0.05, 0.001], dtype=torch.float64)
+    r = Gaussian.soft_radius(sigma, psi_a, psi_b, CLAMP)
+    a, b = np.clip(psi_a.numpy(), *CLAMP), np.clip(psi_b.numpy(), *CLAMP)
+    gap = norm.ppf(a) - norm.ppf(b)
+    np.testing.assert_allclose(r.detach().numpy(), sigma.detach().numpy() / 2 * gap, rtol=1e-12)
+    (grad,) = torch.autograd.grad(r.sum(), sigma)
+    np.testing.assert_allclose(grad.numpy(), gap / 2, rtol=1e-12)
+
+
+def test_uniform_soft_radius_is_unclamped_and_linear_in_sigma():
+    sigma = torch.tensor([0.25, 0.5], dtype=torch.float64, requires_grad=True)
+    psi_a = torch.tensor([0.7, 0.999], dtype=torch.float64)  # 0.999: beyond CLAMP, not clamped
+    psi_b = torch.tensor([0.2, 0.001], dtype=torch.float64)
+    r = Uniform.soft_radius(sigma, psi_a, psi_b, CLAMP)
+    (grad,) = torch.autograd.grad(r.sum(), sigma)
+    np.testing.assert_allclose(grad.numpy(), math.sqrt(3.0) * np.array([0.5, 0.998]),
+                               rtol=1e-12)
+    np.testing.assert_allclose(r.detach().numpy(), grad.numpy() * [0.25, 0.5], rtol=1e-12)
+
+
+def toy():
+    """A halfspace at distances 0.25 … 1 of 2-D inputs (B, 1, 1, 2)."""
+    x = torch.tensor([[0.25, 0.3], [0.5, 0.3], [1.0, 0.3]]).reshape(-1, 1, 1, 2)
+    return Halfspace((10.0, 0.0), input_shape=(1, 1, 2)), x
+
+
+def test_optimize_sigma_asks_the_noise_for_its_soft_radius():
+    """A noise that is Gaussian but for the name gets Gaussian's σ_x, through its own method."""
+    calls = []
+
+    class Spy(Gaussian):
+        @staticmethod
+        def soft_radius(sigma, psi_a, psi_b, clamp):
+            calls.append(clamp)
+            return Gaussian.soft_radius(sigma, psi_a, psi_b, clamp)
+
+    register_noise("spy")(Spy)
+    try:
+        model, x = toy()
+        run = dict(num_steps=7, step_size=0.01, num_samples=4, clamp=(0.01, 0.99))
+        spied = optimize_sigma(model, x, 0.1, noise="spy",
+                               generator=torch.Generator().manual_seed(0), **run)
+    finally:
+        del NOISES["spy"]
+    plain = optimize_sigma(model, x, 0.1, noise="gaussian",
+                           generator=torch.Generator().manual_seed(0), **run)
+    assert torch.equal(spied, plain) and calls == [(0.01, 0.99)] * 7
+
+
+# --------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize("name", ["discrete-gaussian", "laplace"])
+def test_optimize_sigma_refuses_a_noise_without_a_soft_radius(name, laplace):
+    model, x = toy()
+    with pytest.raises(SmoothcertError, match=rf"noise '{name}' has none \(noises with one: "
+                                              r"gaussian, uniform\)"):
+        optimize_sigma(model, x, 0.1, noise=name, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(SmoothcertError, match="unknown noise 'nope'"):
+        with_soft_radius("nope", "data-dependent σ")
+
+
+TRAIN = dict(dataset="digits", arch="digits_cnn", sigma=0.25, epochs=1)
+
+
+@pytest.mark.parametrize("name", ["discrete-gaussian", "laplace"])
+def test_data_dependent_training_refuses_a_noise_without_a_soft_radius(name, laplace):
+    match = rf"sigma mode data_dependent needs a noise with a soft certified radius; noise '{name}'"
+    with pytest.raises(SmoothcertError, match=match):
+        TrainConfig(**TRAIN, noise=name, sigma_mode="data_dependent")
+    mode = build_sigma_mode("data_dependent")
+    with pytest.raises(SmoothcertError, match=match):  # a trainer built without the config
+        mode.start(name, 0.25, 10, torch.device("cpu"))
+    assert TrainConfig(**TRAIN, noise=name).noise == name  # a fixed σ trains with it
+
+
+def test_cli_refuses_data_dependent_training_with_the_new_noise(laplace, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--dataset", "digits", "--arch", "digits_cnn", "--sigma", "0.25",
+                 "--epochs", "1", "--noise", "laplace", "--sigma-mode", "data_dependent",
+                 "--out", str(out), "--no-progress", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'laplace'" in err and "soft certified radius" in err
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_checkpoint(tmp_path_factory.mktemp("noise") / "checkpoint.pt")
+
+
+RUN = ["--n0", "10", "--n", "200", "--batch", "100", "--max", "3", "--no-progress",
+       "--device", "cpu"]
+
+
+def test_cli_certifies_with_the_new_noise_but_refuses_data_dependent(laplace, checkpoint,
+                                                                     tmp_path, capsys):
+    refused = tmp_path / "dd.tsv"
+    assert main(["certify", str(checkpoint), "--certifier", "data-dependent", "--noise",
+                 "laplace", *RUN, "--out", str(refused)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'laplace'" in err and "data-dependent" in err
+    assert list(tmp_path.iterdir()) == []  # refused before the record file is opened
+    out = tmp_path / "laplace.tsv"
+    assert main(["certify", str(checkpoint), "--noise", "laplace", *RUN, "--out",
+                 str(out)]) == 0
+    rec = read_records(out)
+    assert len(rec) == 3 and rec.manifest["identity"]["noise"] == "laplace"
+    ok = rec["predict"] >= 0
+    expected = -rec["sigma"] / math.sqrt(2.0) * np.log(2 * (1 - rec["p_lower"]))
+    np.testing.assert_allclose(rec["radius"][ok], expected[ok], rtol=1e-12)
+
+
+def test_certify_dataset_with_the_new_noise_meets_the_halfspace_oracle(laplace):
+    """Laplace smoothing of [x₁ > 0.2] has the exact L1 radius x₁ − 0.2; with n = 20,000 the
+    certified radius lies just below it. The data-dependent certifier refuses the noise."""
+    model = Halfspace((1.0, 0.0), b=0.2, input_shape=(1, 1, 2))
+    xs = torch.tensor([[0.3, 0.5], [0.5, 0.5], [0.7, 0.5]]).reshape(-1, 1, 1, 2)
+    data = torch.utils.data.TensorDataset(xs, torch.ones(3, dtype=torch.long))
+    run = dict(sigma=0.25, noise="laplace", n0=50, n=20_000, batch=5000, num_classes=2)
+    radii = np.array([r["radius"] for r in certify_dataset(model, data, **run)])
+    exact = np.array([0.1, 0.3, 0.5])
+    assert np.all(radii <= exact) and np.all(exact - radii < 0.1), radii
+    with pytest.raises(SmoothcertError, match="'laplace'"):
+        certify_dataset(model, data, certifier="data-dependent", **run)
