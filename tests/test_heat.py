@@ -322,9 +322,10 @@ def test_resumed_fine_tuning_inside_a_time_step_equals_uninterrupted(pretrained,
     init.write_bytes(pretrained.read_bytes())
     # 3 epochs in 2 time steps: epochs 0-1 against f⁰, epoch 2 against f¹; the crash after
     # epoch 1 resumes inside step 0, so the teacher must come from the checkpoint.
+    # 256 balanced digits (4 steps an epoch): the resume does not depend on the data's size.
     config = TrainConfig(**DIGITS, epochs=3, lr=0.01, lr_schedule="constant", method="heat",
                          method_params={"num_steps": 2, "num_projections": 2},
-                         init_checkpoint=str(init))
+                         init_checkpoint=str(init), train_size=256)
     straight = train(config, tmp_path / "straight", progress=False)
     real_save = train_module._save
 

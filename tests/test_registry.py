@@ -9,6 +9,7 @@ from typing import Literal
 
 import pytest
 
+from smoothcert.certifiers import CERTIFIERS, EVALUATIONS, build_certifier
 from smoothcert.errors import SmoothcertError, check_count
 from smoothcert.methods import METHODS, build_method
 from smoothcert.registry import (
@@ -18,7 +19,9 @@ from smoothcert.registry import (
     option_defaults,
     parse_options,
 )
+from smoothcert.runs import attack as _attack  # noqa: F401  (registers the attack program)
 from smoothcert.smoothing.attacks import ATTACKS
+from smoothcert.training.sigma_modes import SIGMA_MODES, build_sigma_mode
 
 
 @dataclass(frozen=True)
@@ -194,12 +197,40 @@ def test_hyperparameters_round_trip_as_values_and_as_text(name):
         [type(v) for v in method.hparams().values()]
 
 
-@pytest.mark.parametrize("registry", [METHODS, ATTACKS], ids=["methods", "attacks"])
-def test_every_option_has_a_help_line(registry):
+REGISTRIES = {"methods": METHODS, "attacks": ATTACKS, "certifiers": CERTIFIERS,
+              "evaluations": EVALUATIONS, "sigma modes": SIGMA_MODES}
+
+
+@pytest.mark.parametrize("registry", REGISTRIES.values(), ids=REGISTRIES.keys())
+def test_every_plugin_declares_one_options_dataclass_with_a_help_line_per_option(registry):
     for cls in registry.values():
+        assert issubclass(cls, Configurable), cls
         lines = describe_options(cls.Options)
-        assert len(lines) == len(option_defaults(cls.Options)) > 0
+        assert len(lines) == len(option_defaults(cls.Options))
         assert all(not line.endswith(": ") for line in lines), cls  # a doc on every option
+
+
+DEFAULT_OPTIONS = {  # the run identities' and configs' options before the idiom
+    "certify": {}, "predict": {}, "deterministic": {}, "lbound-heuristic": {},
+    "lbound": {"bound": "pairwise", "select": "clean"},
+    "sequential": {"radii": "auto", "test": "union"},
+    "data-dependent": {"num_steps": 100, "step_size": 0.0001, "num_samples": 1, "memory": True},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CERTIFIERS))
+def test_certifier_identities_are_what_record_manifests_stored(name):
+    options = build_certifier(CERTIFIERS[name], {}).options()
+    assert list(options.items()) == list(DEFAULT_OPTIONS[name].items())
+    assert build_certifier(CERTIFIERS[name], options).options() == options  # resumes
+
+
+def test_sigma_mode_parameters_are_what_configs_stored():
+    assert build_sigma_mode("fixed").params() == {}
+    params = build_sigma_mode("data_dependent", step_size=1).params()
+    assert list(params.items()) == [("num_steps", 1), ("step_size", 1.0), ("num_samples", 1),
+                                    ("start_epoch", 0)]
+    assert type(params["step_size"]) is float
 
 
 def test_a_float_hyperparameter_given_as_an_int_is_stored_as_the_float():

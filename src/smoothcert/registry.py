@@ -1,16 +1,35 @@
 """Registries: the named entries (datasets, architectures, methods, formats, ...) behind the
-Python API, the CLI choices and the parametrized tests."""
+Python API, the CLI choices and the parametrized tests; and the one options idiom of their
+plug-ins (:class:`Configurable`: one frozen dataclass of :func:`option` fields, built by
+:func:`parse_options`, listed by :func:`describe_options`).
+
+A plug-in, e.g. a training method::
+
+    @register_method("stability")
+    class StabilityTraining(TrainingMethod):
+        @dataclass(frozen=True)
+        class Options:
+            lbd: float = option(2.0, "λ: weight of the stability term (> 0)")
+
+            def __post_init__(self):
+                check_positive_finite("lbd", self.lbd)
+
+        def loss(self, model, x, y, noise, generator):
+            ...  # reads self.lbd
+
+    StabilityTraining(lbd=1)  # == StabilityTraining(StabilityTraining.Options(lbd=1.0))
+    build_method("stability", lbd="1")  # KEY=VALUE text too: hparams() == {"lbd": 1.0}
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import importlib
-import inspect
 import pkgutil
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from .errors import SmoothcertError, unknown_name
@@ -37,42 +56,20 @@ class Registry(dict):
         raise unknown_name(self.kind, name, self)
 
     def register(self, name: str):
-        """Decorator: add the decorated object under ``name`` (a name is registered once)."""
+        """Decorator: add the decorated object under ``name`` (a name is registered once); a
+        :class:`Configurable` plug-in without a ``name`` of its own takes this one (errors name
+        it)."""
 
         def add(entry):
             if name in self:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             self[name] = entry
+            if isinstance(entry, type) and issubclass(entry, Configurable) \
+                    and not entry.__dict__.get("name"):
+                entry.name = name
             return entry
 
         return add
-
-    def build(self, name: str, what: str, **options: Any):
-        """The entry ``name`` (a class whose options are keyword-only ``__init__`` arguments with
-        defaults) built with ``options``, the rest at their defaults. The one boundary of training
-        methods and σ modes: an unknown name, an unknown ``what`` (hyperparameter, parameter) or
-        an invalid value raises one :class:`SmoothcertError` naming the valid choices."""
-        cls = self[name]
-        valid = list(keyword_defaults(cls))
-        unknown = sorted(set(options) - set(valid))
-        if unknown:
-            raise SmoothcertError(f"unknown {what}(s) {', '.join(unknown)} for {self.kind} "
-                                  f"{name!r}; valid: {', '.join(valid) or '(none)'}")
-        try:
-            return cls(**options)
-        except SmoothcertError as err:
-            raise SmoothcertError(f"{self.kind} {name!r}: {err} ({what}s: {', '.join(valid)})"
-                                  ) from None
-
-
-def keyword_defaults(cls) -> dict[str, Any]:
-    """The keyword-only arguments of ``cls.__init__`` and their defaults, in declaration order:
-    the options of a plug-in (a method's hyperparameters, a certifier's options, ...); for a
-    :class:`Configurable` plug-in, its ``Options`` defaults."""
-    if isinstance(cls, type) and issubclass(cls, Configurable):
-        return option_defaults(cls.Options)
-    params = inspect.signature(cls.__init__).parameters.values()
-    return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 # --------------------------------------------------------------------------- plug-in options
@@ -85,14 +82,18 @@ _NULL_TEXTS = ("null", "none")  # KEY=VALUE text that means None for an optional
 _BOOL_TEXTS = {"true": True, "false": False}  # not YAML 1.1's yes/no/on/off: "yes" is refused
 
 
-def option(default: Any, doc: str, *, choices: Sequence[str] | None = None) -> Any:
+def option(default: Any, doc: str, *, choices: Sequence[str] | None = None,
+           convert: Callable[[Any], Any] | None = None) -> Any:
     """A plug-in option: a dataclass field with ``default`` and a one-line ``doc`` (its meaning
     and unit) that ``--help`` prints. ``choices`` restricts a string option to those values (a
     ``Literal[...]`` annotation does the same); a registry-driven choice (e.g. an attack name)
-    is checked in the options' ``__post_init__`` instead, so later registrations count."""
+    is checked in the options' ``__post_init__`` instead, so later registrations count.
+    ``convert`` replaces the conversion by the annotation for a value with a text form of its
+    own (e.g. a clamp ``"low,high"``); it raises SmoothcertError, and None stays None."""
     if isinstance(default, (list, dict, set)):
         raise TypeError(f"option default {default!r} is mutable; use a tuple")
-    meta = {"doc": doc, "choices": tuple(choices) if choices is not None else None}
+    meta = {"doc": doc, "choices": tuple(choices) if choices is not None else None,
+            "convert": convert}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -158,7 +159,9 @@ class _Mismatch(Exception):
 
 def _converted(f: dataclasses.Field, hint, value):
     """``value`` as the field's type, or a SmoothcertError naming the key and what it takes."""
-    choices = _choices(hint, f)
+    choices, convert = _choices(hint, f), f.metadata.get("convert")
+    if convert is not None:
+        return None if value is None or _is_text(value, _NULL_TEXTS) else convert(value)
     try:
         converted = _convert(hint, value)
     except _Mismatch:

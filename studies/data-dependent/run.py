@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     data = ["--data-root", args.data_root] if args.data_root else []
     device = ["--device", args.device, "--no-progress", *data]
     images, n, n0 = (3, 300, 20) if args.quick else (200, 10_000, 100)
-    for folder in (out / "records", out / "figures", work):
+    for folder in (out / "records", out / "figures"):
         folder.mkdir(parents=True, exist_ok=True)
     doc = out / "README.md"
     if not doc.exists():

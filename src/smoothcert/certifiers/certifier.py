@@ -4,9 +4,11 @@ A certifier turns one input into one record row. The dataset runner (``runs/runn
 everything around it — the model and the examples, the per-example generators seeded from
 (seed, idx), resuming, sharding, timing, the record file — and drives the programs of many
 inputs through the one Monte Carlo engine, so that forward batches are filled across inputs.
-A certifier's options are keyword-only constructor arguments with defaults (as a training
-method's hyperparameters, ``methods/base.py``); :func:`build_certifier` is the boundary that
-checks them, and the options, completed with the defaults, are part of a run's identity.
+A certifier's options are one frozen dataclass, its nested ``Options`` (as a training method's
+hyperparameters, ``methods/base.py``), checked by :func:`smoothcert.registry.parse_options`
+whichever way the certifier is built; the options, completed with the defaults, are part of a
+run's identity. A certifier also declares the rules of the record columns it adds
+(``column_rules``, ``relations``: :mod:`.columns`), which the record schema collects.
 
 To add a certifier, write ``certifiers/<name>.py`` with one ``@register_certifier`` class; the
 contract test (``tests/test_certifier_contract.py``) then runs it on the closed-form halfspace
@@ -16,17 +18,21 @@ oracle, through a kill and a resume, and through shards and a merge.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from ..errors import SmoothcertError
-from ..registry import Registry, keyword_defaults
+from ..registry import Configurable, Registry
 from ..smoothing.smoothed import Certificate
+from .columns import Column, Relation
 
 CERTIFIERS: Registry = Registry("certifier")
+
+EVALUATIONS: Registry = Registry("evaluation")
+"""Per-input programs of the runner that are not certifiers (``runs/attack.py``: the attack).
+Here, beside :data:`CERTIFIERS`, so that the record schema can collect their columns too."""
 
 @dataclass(frozen=True)
 class RunContext:
@@ -39,29 +45,28 @@ class RunContext:
     device: torch.device
 
 
-class Certifier(abc.ABC):
+class Certifier(Configurable, abc.ABC):
     """A per-input algorithm of the dataset runner.
 
-    Subclasses take their options as keyword-only ``__init__`` arguments with defaults, validate
-    them there (raising :class:`SmoothcertError`), store each as an attribute of the same name,
-    and implement :meth:`program`. Class attributes: ``columns`` of its records (the runner adds
-    idx, label, time and seed), ``needs_n0`` (it takes CERTIFY's selection draws ``n0``),
+    Subclasses declare their options as a nested frozen dataclass ``Options`` (typed fields with
+    defaults and one-line docs, checked in its ``__post_init__`` raising
+    :class:`SmoothcertError`), read them as attributes of the same name, and implement
+    :meth:`program`. Class attributes: ``columns`` of its records (the runner adds idx, label,
+    time and seed), ``column_rules`` and ``relations`` (the rules of the columns it adds to
+    :data:`.columns.CERTIFY_RULES`), ``needs_n0`` (it takes CERTIFY's selection draws ``n0``),
     ``noises`` (the noise names whose certificate it computes; None: every registered noise).
     """
 
-    name: str = ""
+    plugin_kind = "certifier"
     columns: tuple = ()
+    column_rules: ClassVar[Mapping[str, Column]] = {}
+    relations: ClassVar[tuple[Relation, ...]] = ()
     needs_n0: bool = False
     noises: tuple | None = None
 
-    @classmethod
-    def option_defaults(cls) -> dict[str, Any]:
-        """The keyword-only constructor arguments and their defaults, in declaration order."""
-        return keyword_defaults(cls)
-
     def options(self) -> dict[str, Any]:
         """The options as plain values (the run identity's ``options``)."""
-        return {k: getattr(self, k) for k in self.option_defaults()}
+        return self.option_values()
 
     def shardable(self) -> bool:
         """Whether examples may be split across shards (false when the certificate of one input
@@ -92,27 +97,11 @@ def register_certifier(name: str) -> Callable[[type[Certifier]], type[Certifier]
     return register
 
 
-def build_certifier(cls: type[Certifier], given: dict) -> Certifier:
-    """``cls`` with the options ``given`` (the rest at their defaults), checked: unknown names and
-    values of another type than the default's are refused with one clear line."""
-    defaults = cls.option_defaults()
-    unknown = sorted(set(given) - set(defaults))
-    if unknown:
-        valid = ", ".join(defaults) or "(none)"
-        raise SmoothcertError(f"certifier {cls.name!r} has no option {', '.join(unknown)}; "
-                              f"valid: {valid}")
-    return cls(**{key: typed(key, given.get(key, default), default)
-                  for key, default in defaults.items()})
-
-
-def typed(key: str, value, default):
-    """``value`` as the type of the option's default (an int is accepted for a float)."""
-    kind = type(default)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if default is not None and not isinstance(value, kind):
-        raise SmoothcertError(f"option {key} must be of type {kind.__name__}, got {value!r}")
-    return value
+def build_certifier(cls: type[Certifier], given: Mapping[str, Any]) -> Certifier:
+    """``cls`` with the options ``given`` (the rest at their defaults), checked by
+    :func:`smoothcert.registry.parse_options`: an unknown key, a value of another type or
+    outside its choices is refused with one clear line naming the certifier."""
+    return cls(**given)
 
 
 CERTIFY_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time",

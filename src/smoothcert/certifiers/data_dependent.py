@@ -42,8 +42,10 @@ import torch
 
 from ..errors import SmoothcertError, check_bool, check_count, unknown_name
 from ..noise.base import NOISES, NoisesWith
+from ..registry import option
 from ..smoothing import sigma_optimization as dd
 from .certifier import CERTIFY_COLUMNS, Certifier, certificate_row, register_certifier
+from .columns import abstention_has_radius_zero, distance, flag, prediction
 
 
 @dataclass(frozen=True)
@@ -230,29 +232,56 @@ class DataDependent(Certifier):
     The resolved values are the run's identity (:meth:`options`)."""
 
     columns = DD_COLUMNS
+    column_rules = {"predict_mc": prediction("predict_mc"), "radius_mc": distance("radius_mc"),
+                    "adjusted": flag("adjusted")}
+    relations = (abstention_has_radius_zero("radius_mc", "predict_mc"),)
     needs_n0 = True
     noises = NoisesWith("soft_radius")  # OptimizeSigma ascends the noise's soft radius
 
-    def __init__(self, *, num_steps: int | None = None, step_size: float | None = None,
-                 num_samples: int | None = None, memory: bool = True, clamp=None,
-                 preset: str = "paper"):
-        # the paper certifies every DS result with the memory
-        if preset not in dd.BUDGETS:
-            raise unknown_name("preset", preset, dd.BUDGETS)
-        budget = dd.BUDGETS[preset]
-        self.preset, self.memory = preset, check_bool("memory", memory)
-        self.num_steps = check_count(
-            "num_steps", budget.num_steps if num_steps is None else num_steps, minimum=0)
-        self.step_size = _step_size(budget.step_size if step_size is None else step_size)
-        self.num_samples = check_count(
-            "num_samples", budget.num_samples if num_samples is None else num_samples)
-        self.clamp = dd.check_clamp(budget.clamp if clamp is None else clamp)
+    @dataclass(frozen=True)
+    class Options:
+        num_steps: int | None = option(None, "K: OptimizeSigma's ascent steps (null: preset's)")
+        step_size: float | None = option(None, "α_σ: its step size, >= 0 (null: preset's)")
+        num_samples: int | None = option(None, "noise draws per step (null: preset's)")
+        memory: bool = option(True, "certify through the memory of Algorithm 3 (sound; the "
+                                    "paper's)")
+        clamp: tuple[float, float] | None = option(
+            None, "ψ's clamp low,high with 0 < low < high < 1 (null: preset's)",
+            convert=dd.check_clamp)
+        preset: str = option("paper", "the budget the others default to: paper or package")
+
+        def __post_init__(self):
+            if self.preset not in dd.BUDGETS:  # the registry's names, checked first
+                raise unknown_name("preset", self.preset, dd.BUDGETS)
+            check_bool("memory", self.memory)
+            if self.num_steps is not None:
+                check_count("num_steps", self.num_steps, minimum=0)
+            if self.step_size is not None:
+                _step_size(self.step_size)
+            if self.num_samples is not None:
+                check_count("num_samples", self.num_samples)
+            if self.clamp is not None:
+                dd.check_clamp(self.clamp)
+
+    def setup(self):
+        """The attributes hold the resolved budget: the preset's values, the options given
+        over them."""
+        budget = dd.BUDGETS[self.preset]
+        given = self.settings
+        self.num_steps = budget.num_steps if given.num_steps is None else given.num_steps
+        self.step_size = _step_size(budget.step_size if given.step_size is None
+                                    else given.step_size)
+        self.num_samples = budget.num_samples if given.num_samples is None \
+            else given.num_samples
+        self.clamp = dd.check_clamp(budget.clamp if given.clamp is None else given.clamp)
 
     def options(self) -> dict:
         """The resolved budget (the preset's values, explicit options over them). ``clamp`` and
         ``preset`` are left out at the paper's values, so that the runs from before they were
         options keep their identity and resume; any other value enters it."""
-        options = {**super().options(), "clamp": list(self.clamp)}  # as JSON reads it back
+        options = {"num_steps": self.num_steps, "step_size": self.step_size,
+                   "num_samples": self.num_samples, "memory": self.memory,
+                   "clamp": list(self.clamp), "preset": self.preset}  # as JSON reads it back
         if self.preset == "paper" and self.clamp == dd.CLAMP:
             del options["clamp"], options["preset"]
         return options

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 
 from ..errors import SmoothcertError, check_count, check_probability
 from ..noise.gaussian import Gaussian
+from ..registry import option
 from ..smoothing.smoothed import Smoothed
 from ..stats.margins import BOUNDS, lbound_radius, margin, margin_lower_bound
 from .certifier import Certifier, register_certifier
+from .columns import RUNNER_UP, Column, probability
 from .deterministic import clean_scores
 
 CONFIDENCE = "confidence"  # holds with probability ≥ 1−α over the Monte Carlo draws
@@ -154,6 +156,17 @@ LBOUND_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time",
 HEURISTIC_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time",
                      "p_top", "p_runner_up", "runner_up", "sigma", "guarantee", "seed")
 SELECTIONS = ("clean", "draws")
+LBOUND_RULES = {
+    "p_top": probability("p_top"),
+    "p_runner_up": probability("p_runner_up"),
+    "runner_up": RUNNER_UP,  # here the runner-up's class
+    "gap_lower": Column("float", "gap_lower is a finite number <= 1", high=1.0),
+    "bound": Column("text", f"bound is one of {', '.join((*BOUNDS, 'model'))}",
+                    choices=(*BOUNDS, "model")),
+    "guarantee": Column("text", f"guarantee is {CONFIDENCE} or {HEURISTIC}",
+                        choices=(CONFIDENCE, HEURISTIC)),
+}
+"""The rules of the L-bound certifiers' own columns."""
 
 
 @register_certifier("lbound")
@@ -165,15 +178,21 @@ class LBound(Certifier):
     input or from ``n0`` selection draws. Gaussian noise only (its Lipschitz constant)."""
 
     columns = LBOUND_COLUMNS
+    column_rules = LBOUND_RULES
     needs_n0 = True
     noises = ("gaussian",)
 
-    def __init__(self, *, bound: str = "pairwise", select: str = "clean"):
-        if bound not in BOUNDS or select not in SELECTIONS:
-            raise SmoothcertError(
-                f"lbound options: bound is one of {', '.join(BOUNDS)} and select one of "
-                f"{', '.join(SELECTIONS)}; got bound={bound}, select={select}")
-        self.bound, self.select = bound, select
+    @dataclass(frozen=True)
+    class Options:
+        bound: str = option("pairwise", f"the margin bound: {', '.join(BOUNDS)}")
+        select: str = option("clean", "the class from the clean input or from n0 draws: "
+                                      f"{', '.join(SELECTIONS)}")
+
+        def __post_init__(self):
+            if self.bound not in BOUNDS or self.select not in SELECTIONS:
+                raise SmoothcertError(
+                    f"lbound options: bound is one of {', '.join(BOUNDS)} and select one of "
+                    f"{', '.join(SELECTIONS)}; got bound={self.bound}, select={self.select}")
 
     def program(self, run, x, label, idx, generator):
         cfg = run.config
@@ -192,6 +211,7 @@ class LBoundHeuristic(Certifier):
     :func:`lbound_heuristic` on every input."""
 
     columns = HEURISTIC_COLUMNS
+    column_rules = LBOUND_RULES
     noises = ("gaussian",)
 
     def program(self, run, x, label, idx, generator):

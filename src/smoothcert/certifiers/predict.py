@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .certifier import Certifier, register_certifier
+from .columns import RUNNER_UP, Relation, count, probability
 
 
 @register_certifier("predict")
@@ -16,6 +17,10 @@ class Predict(Certifier):
 
     columns = ("idx", "label", "predict", "correct", "time",
                "count", "runner_up", "pvalue", "n", "alpha", "sigma", "seed")
+    column_rules = {"count": count("count"), "runner_up": RUNNER_UP,  # the runner-up's votes
+                    "pvalue": probability("pvalue")}
+    relations = (Relation(("count", "runner_up", "n"), lambda a, b, n: a + b > n,
+                          lambda a, b, n: f"count + runner_up is {a + b}, more than n ({n})"),)
 
     def program(self, run, x, label, idx, generator):
         cfg = run.config

@@ -31,11 +31,13 @@ from scipy.stats import norm
 
 from .. import radii
 from ..errors import check_count, check_probability
+from ..registry import option
 from ..smoothing.engine import Draws
 from ..smoothing.smoothed import Smoothed
 from ..stats.sequential_levels import certify_levels, grid
 from ..stats.sequential_tests import SEQUENTIAL_TESTS, SequentialTest
 from .certifier import CERTIFY_COLUMNS, Certifier, register_certifier
+from .columns import Column, Relation, count, probability
 
 RADIUS_STEP = 0.25  # spacing of the default grid, as in Cohen et al.'s and Jeong & Shin's tables
 
@@ -121,6 +123,9 @@ def parse_radii(text: str, sigma: float, alpha: float, n_max: int) -> np.ndarray
 
 SEQUENTIAL_COLUMNS = CERTIFY_COLUMNS[:-1] + ("n_max", "p_upper", "stopped", "seed")
 
+# why the sequential certifier stopped sampling (stats/sequential_levels.py, ``_stop_reason``)
+STOP_REASONS = ("all", "n_max", "unreachable", "futile")
+
 
 @register_certifier("sequential")
 class Sequential(Certifier):
@@ -132,13 +137,29 @@ class Sequential(Certifier):
     Gaussian's σΦ⁻¹(p)): the grid's thresholds are Φ(r/σ)."""
 
     columns = SEQUENTIAL_COLUMNS
+    column_rules = {
+        "n_max": count("n_max"),
+        "p_upper": probability("p_upper"),
+        "stopped": Column("text", f"stopped is one of {', '.join(STOP_REASONS)}",
+                          choices=STOP_REASONS),
+    }
+    relations = (
+        Relation(("n", "n_max"), lambda n, m: n > m, lambda n, m: f"n is {n}, more than n_max "
+                                                                   f"({m})"),
+        Relation(("p_lower", "p_upper"), lambda lo, hi: lo > hi,
+                 lambda lo, hi: f"p_lower is {lo}, above p_upper ({hi})"),
+    )
     needs_n0 = True
     noises = ("gaussian", "discrete-gaussian", "discrete-gaussian-quantized")
 
-    def __init__(self, *, radii: str = "auto", test: str = "union"):
-        SEQUENTIAL_TESTS[test]  # an unknown name raises with the list of known ones
-        parse_radii(radii, 1.0, 0.5, 2)
-        self.radii, self.test = radii, test
+    @dataclass(frozen=True)
+    class Options:
+        radii: str = option("auto", "the grid of radii: auto, or e.g. 0,0.25,0.5 or 0:1:0.25")
+        test: str = option("union", f"the sequential test: {', '.join(SEQUENTIAL_TESTS)}")
+
+        def __post_init__(self):
+            SEQUENTIAL_TESTS[self.test]  # an unknown name raises with the list of known ones
+            parse_radii(self.radii, 1.0, 0.5, 2)
 
     def start(self, run):
         cfg = run.config

@@ -6,10 +6,12 @@ Importing the package registers every dataset (``formats`` registers ``mnist``,
 registers ``imagenet`` and ``imagefolder``).
 """
 
-from . import formats, image_folders  # noqa: F401  (register their datasets)
+from ..registry import import_submodules
 from .datasets import ImageDataset, balanced_subset, load_dataset
 from .formats import read_idx
 from .registry import DATASETS, SPLITS, DatasetSpec, dataset_spec
+
+import_submodules(__name__, __path__, skip=("registry",))
 
 __all__ = ["DATASETS", "SPLITS", "DatasetSpec", "ImageDataset", "balanced_subset",
            "dataset_spec", "load_dataset", "read_idx"]

@@ -41,8 +41,9 @@ from dataclasses import dataclass
 import torch
 
 from ..certifiers.certifier import Certifier
+from ..certifiers.columns import Relation, count, distance, flag, prediction, probability
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
-from ..registry import option, option_defaults, option_values, parse_options
+from ..registry import option
 from ..smoothing.attacks import ATTACKS, FreshNoiseObjective, SoftSmoothedObjective, draw_noises
 from ..smoothing.smoothed import Prediction, Smoothed
 from ..tensors import model_device
@@ -200,17 +201,23 @@ class Attack(Certifier):
     records are empirical upper bounds), so it is an evaluation, not a ``--certifier``."""
 
     name = "attack"
+    plugin_kind = "evaluation"
+    Options = AttackSettings
     columns = ATTACK_COLUMNS
-
-    @classmethod
-    def option_defaults(cls) -> dict:
-        return option_defaults(AttackSettings)
-
-    def __init__(self, **options):
-        self.settings = parse_options("evaluation", self.name, AttackSettings, options)
-
-    def options(self) -> dict:
-        return option_values(self.settings)
+    column_rules = {
+        "predict_clean": prediction("predict_clean"), "predict_adv": prediction("predict_adv"),
+        "success": flag("success"), "distance": distance("distance"),
+        "epsilon": distance("epsilon", "an"), "attempts": count("attempts"),
+        "count_adv": count("count_adv"), "runner_up_adv": count("runner_up_adv"),
+        "pvalue_adv": probability("pvalue_adv"),
+    }
+    relations = (
+        Relation(("count_adv", "runner_up_adv", "n"), lambda a, b, n: a + b > n,
+                 lambda a, b, n: f"count_adv + runner_up_adv is {a + b}, more than n ({n})"),
+        Relation(("success", "predict_adv", "label"), lambda s, p, y: s != (p != y),
+                 lambda s, p, y: f"success is {s} with predict_adv {p} and label {y}; success "
+                                 "is 1 exactly when predict_adv is not label"),
+    )
 
     def start(self, run):
         cfg = run.config

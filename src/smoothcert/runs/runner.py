@@ -40,14 +40,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..certifiers import CERTIFIERS, Certifier, RunContext, build_certifier
-from ..certifiers.certifier import typed
+from ..certifiers import CERTIFIERS, EVALUATIONS, Certifier, RunContext, build_certifier
 from ..data.datasets import data_files, load_dataset
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
 from ..io import write_json_atomic
 from ..models.checkpoint import versions
 from ..noise.base import NOISES
-from ..registry import Registry
 from ..rng import example_generator
 from ..smoothing.engine import CHUNK, BatchedVotes
 from ..smoothing.smoothed import Smoothed
@@ -138,10 +136,6 @@ class RunConfig:
         return list(self.indices)
 
 
-EVALUATIONS: Registry = Registry("evaluation")
-"""Per-input programs of the runner that are not certifiers (``runs/attack.py``: the attack)."""
-
-
 def task_class(name: str) -> type[Certifier]:
     """The class of a run's program: a certifier, or an evaluation such as the attack."""
     return EVALUATIONS[name] if name in EVALUATIONS else CERTIFIERS[name]
@@ -175,9 +169,21 @@ def _resolved_engine(given: dict) -> dict:
     if unknown:
         raise SmoothcertError(f"unknown engine setting {', '.join(unknown)}; "
                               f"valid: {', '.join(defaults)}")
-    settings = {key: typed(key, value, defaults[key]) for key, value in given.items()}
+    settings = {key: _typed(key, value, defaults[key]) for key, value in given.items()}
     BatchedVotes(**settings)
     return {key: value for key, value in settings.items() if value != defaults[key]}
+
+
+def _typed(key: str, value, default):
+    """``value`` as the type of the engine setting's ``default`` (an int is accepted for a
+    float). The engine's settings are not a plug-in's options: they have no options dataclass."""
+    kind = type(default)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if default is not None and not isinstance(value, kind):
+        raise SmoothcertError(f"engine setting {key} must be of type {kind.__name__}, got "
+                              f"{value!r}")
+    return value
 
 
 def certify_dataset(

@@ -8,158 +8,62 @@ naming the file, the line and the field, e.g. ``r.tsv line 7: radius is -0.2; a 
 finite number >= 0``. Columns the schema does not know are read as integers, floats or text,
 unchecked.
 
-The columns are those the certifiers, the attack and ``analyze grad-norms --out`` write
-(``certifiers/*.py``, ``runs/attack.py``, ``analysis.py``) and Cohen et al.'s (``idx label
-predict radius correct time``; ``time`` in seconds or as ``H:MM:SS.s``). A column name means
-one thing in every file that has it, except ``runner_up``: the runner-up's vote count in PREDICT
-files, its class in L-bound files; both are integers >= 0.
+The columns are the runner's (``idx label time seed``), Cohen et al.'s and CERTIFY's
+(:data:`smoothcert.certifiers.columns.CERTIFY_RULES`; ``time`` in seconds or as
+``H:MM:SS.s``), those each registered certifier and evaluation declares for itself
+(``column_rules`` and ``relations`` of its class: ``certifiers/*.py``, ``runs/attack.py``), and
+those ``analyze grad-norms --out`` writes. A column name means one thing in every file that has
+it (``runner_up``: an integer >= 0, the runner-up's vote count in PREDICT files, its class in
+L-bound files).
 """
 
 from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
-from ..certifiers.lbound import CONFIDENCE, HEURISTIC
+from ..certifiers.certifier import CERTIFIERS, EVALUATIONS
+from ..certifiers.columns import CERTIFY_RELATIONS, CERTIFY_RULES, Column, Relation, distance
 from ..errors import SmoothcertError
-from ..stats.margins import BOUNDS
 
-# why the sequential certifier stopped sampling (stats/sequential_levels.py, ``_stop_reason``)
-STOP_REASONS = ("all", "n_max", "unreachable", "futile")
-
-
-@dataclass(frozen=True)
-class Column:
-    """A known column: its ``kind`` ("int", "float", "time" — seconds or ``H:MM:SS.s`` — or
-    "text"), its allowed values (numbers are finite, in ``low``..``high``, ``low`` excluded when
-    ``low_open``; text is one of ``choices``), and ``rule``, that range as a message says it."""
-
-    kind: str
-    rule: str
-    low: float = -math.inf
-    high: float = math.inf
-    low_open: bool = False
-    choices: tuple = ()
-
-    def outside(self, values: np.ndarray) -> np.ndarray:
-        """Boolean mask of the parsed ``values`` that break the rule (NaN and ±inf always do)."""
-        if self.kind == "text":
-            return ~np.isin(values, self.choices)
-        v = values.astype(np.float64)
-        above_low = v > self.low if self.low_open else v >= self.low
-        with np.errstate(invalid="ignore"):
-            return ~(np.isfinite(v) & above_low & (v <= self.high))
-
-
-def _count(name: str) -> Column:
-    return Column("int", f"{name} is a count, an integer >= 0", low=0)
-
-
-def _prediction(name: str) -> Column:
-    return Column("int", f"{name} is a class (an integer >= 0) or -1 (abstention)", low=-1)
-
-
-def _flag(name: str) -> Column:
-    return Column("int", f"{name} is 0 or 1", low=0, high=1)
-
-
-def _probability(name: str) -> Column:
-    return Column("float", f"{name} is a probability in [0, 1]", low=0.0, high=1.0)
-
-
-def _distance(name: str, article: str = "a") -> Column:
-    return Column("float", f"{article} {name} is a finite number >= 0", low=0.0)
-
-
-COLUMNS: dict[str, Column] = {
-    # Cohen et al.'s columns, first in every file that certifies a radius
+RUN_COLUMNS: dict[str, Column] = {
+    # the runner's own, in every record file
     "idx": Column("int", "an idx is an integer >= 0", low=0),
     "label": Column("int", "a label is a class, an integer >= 0", low=0),
-    "predict": _prediction("predict"),
-    "radius": _distance("radius"),
-    "correct": _flag("correct"),
     "time": Column("time", "time is a finite number of seconds >= 0, or H:MM:SS", low=0.0),
-    # CERTIFY (certifiers/certifier.py), and the run's own
-    "p_lower": _probability("p_lower"),
-    "nA": _count("nA"),
-    "n0": _count("n0"),
-    "n": _count("n"),
-    "alpha": Column("float", "alpha is a level in (0, 1)", low=0.0, high=1.0, low_open=True),
-    "sigma": Column("float", "sigma is a finite number > 0", low=0.0, low_open=True),
     "seed": Column("int", "a seed is an integer >= 0", low=0),
-    # PREDICT (certifiers/predict.py); runner_up is the L-bound's runner-up class too
-    "count": _count("count"),
-    "runner_up": Column("int", "runner_up is an integer >= 0 (a count, or a class)", low=0),
-    "pvalue": _probability("pvalue"),
-    # sequential (certifiers/sequential.py)
-    "n_max": _count("n_max"),
-    "p_upper": _probability("p_upper"),
-    "stopped": Column("text", f"stopped is one of {', '.join(STOP_REASONS)}",
-                      choices=STOP_REASONS),
-    # data-dependent σ (certifiers/data_dependent.py)
-    "predict_mc": _prediction("predict_mc"),
-    "radius_mc": _distance("radius_mc"),
-    "adjusted": _flag("adjusted"),
-    # the L-bound certifiers (certifiers/lbound.py)
-    "p_top": _probability("p_top"),
-    "p_runner_up": _probability("p_runner_up"),
-    "gap_lower": Column("float", "gap_lower is a finite number <= 1", high=1.0),
-    "bound": Column("text", f"bound is one of {', '.join((*BOUNDS, 'model'))}",
-                    choices=(*BOUNDS, "model")),
-    "guarantee": Column("text", f"guarantee is {CONFIDENCE} or {HEURISTIC}",
-                        choices=(CONFIDENCE, HEURISTIC)),
-    # the attack (runs/attack.py)
-    "predict_clean": _prediction("predict_clean"),
-    "predict_adv": _prediction("predict_adv"),
-    "success": _flag("success"),
-    "distance": _distance("distance"),
-    "epsilon": _distance("epsilon", "an"),
-    "attempts": _count("attempts"),
-    "count_adv": _count("count_adv"),
-    "runner_up_adv": _count("runner_up_adv"),
-    "pvalue_adv": _probability("pvalue_adv"),
-    # grad-norm files (analysis.py: ``analyze grad-norms --out``)
-    "p_hat": _probability("p_hat"),
-    "grad_norm": _distance("grad_norm"),
+}
+
+OTHER_COLUMNS: dict[str, Column] = {
+    # grad-norm files (evaluation/analysis.py: ``analyze grad-norms --out``), not a program's
+    "p_hat": Column("float", "p_hat is a probability in [0, 1]", low=0.0, high=1.0),
+    "grad_norm": distance("grad_norm"),
 }
 
 
-@dataclass(frozen=True)
-class Relation:
-    """A rule between the ``columns`` of one row: ``broken`` maps their arrays to the mask of
-    rows that break it, ``says`` one row's values to the message's text."""
+def known_columns() -> dict[str, Column]:
+    """Every column with a rule: the runner's, CERTIFY's (Cohen et al.'s files have no manifest
+    to name their program), each registered certifier's and evaluation's own
+    (``column_rules``), and the grad-norm files'. Collected when asked, so a plug-in registered
+    after import counts. Two plug-ins that declare one name must declare the same rule."""
+    columns = {**RUN_COLUMNS, **CERTIFY_RULES, **OTHER_COLUMNS}
+    for program in (*CERTIFIERS.values(), *EVALUATIONS.values()):
+        for name, column in program.column_rules.items():
+            if columns.setdefault(name, column) != column:
+                raise TypeError(f"{program.__name__} declares column {name!r} with another "
+                                f"rule than {columns[name].rule!r}")
+    return columns
 
-    columns: tuple
-    broken: Callable[..., np.ndarray]
-    says: Callable[..., str]
 
-
-RELATIONS = (
-    Relation(("correct", "predict", "label"), lambda c, p, y: c != (p == y),
-             lambda c, p, y: f"correct is {c} with predict {p} and label {y}; correct is 1 "
-                             "exactly when predict equals label"),
-    Relation(("radius", "predict"), lambda r, p: (p == -1) & (r != 0),
-             lambda r, p: f"radius is {r} with predict -1; an abstention has radius 0"),
-    Relation(("radius_mc", "predict_mc"), lambda r, p: (p == -1) & (r != 0),
-             lambda r, p: f"radius_mc is {r} with predict_mc -1; an abstention has radius 0"),
-    Relation(("nA", "n"), lambda a, n: a > n,
-             lambda a, n: f"nA is {a}, more than n ({n}); nA counts among the n draws"),
-    Relation(("count", "runner_up", "n"), lambda a, b, n: a + b > n,
-             lambda a, b, n: f"count + runner_up is {a + b}, more than n ({n})"),
-    Relation(("count_adv", "runner_up_adv", "n"), lambda a, b, n: a + b > n,
-             lambda a, b, n: f"count_adv + runner_up_adv is {a + b}, more than n ({n})"),
-    Relation(("n", "n_max"), lambda n, m: n > m,
-             lambda n, m: f"n is {n}, more than n_max ({m})"),
-    Relation(("p_lower", "p_upper"), lambda lo, hi: lo > hi,
-             lambda lo, hi: f"p_lower is {lo}, above p_upper ({hi})"),
-    Relation(("success", "predict_adv", "label"), lambda s, p, y: s != (p != y),
-             lambda s, p, y: f"success is {s} with predict_adv {p} and label {y}; success is 1 "
-                             "exactly when predict_adv is not label"),
-)
+def known_relations() -> list[Relation]:
+    """CERTIFY's rules between the columns of a row, then every program's own (``relations``)."""
+    relations = list(CERTIFY_RELATIONS)
+    for program in (*CERTIFIERS.values(), *EVALUATIONS.values()):
+        relations += [rel for rel in program.relations if rel not in relations]
+    return relations
 
 
 # --------------------------------------------------------------------------- parsing and checks
@@ -171,15 +75,15 @@ def parse_columns(path, header: Sequence[str], cells: Sequence[Sequence[str]],
     row on line ``first_line``). Raises one SmoothcertError for the first line that breaks the
     schema: a field's type or range, a rule between fields, or an idx seen before.
     """
-    data, problems = {}, []
+    data, problems, columns = {}, [], known_columns()
     bad_rows = np.zeros(len(cells[0]) if cells else 0, dtype=bool)
     for name, text in zip(header, cells, strict=True):
-        values, bad = _parse(name, text)
+        values, bad = _parse(columns.get(name), text)
         data[name] = values
         bad_rows |= bad
         if bad.any():
             i = int(np.argmax(bad))
-            problems.append((i, f"{name} is {_shown(text[i])}; {COLUMNS[name].rule}"))
+            problems.append((i, f"{name} is {_shown(text[i])}; {columns[name].rule}"))
     problems += _relation_problems(data, ~bad_rows)
     problems += _duplicate_problems(data, cells, header, ~bad_rows, first_line)
     if problems:
@@ -188,9 +92,9 @@ def parse_columns(path, header: Sequence[str], cells: Sequence[Sequence[str]],
     return data
 
 
-def _parse(name: str, text: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """A column's values and the mask of those that break its rule (none for unknown columns)."""
-    column = COLUMNS.get(name)
+def _parse(column: Column | None, text: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """A column's values and the mask of those that break its rule (none for unknown columns:
+    ``column`` None)."""
     if column is None:
         return _parse_unknown(text), np.zeros(len(text), dtype=bool)
     if column.kind == "text":
@@ -277,7 +181,7 @@ def _shown(cell: str) -> str:
 def _relation_problems(data: dict, ok: np.ndarray) -> list:
     """(row, text) of the first row that breaks each relation, among rows whose fields are ok."""
     problems = []
-    for rel in RELATIONS:
+    for rel in known_relations():
         if all(c in data for c in rel.columns):
             arrays = [data[c] for c in rel.columns]
             broken = rel.broken(*arrays) & ok

@@ -285,8 +285,6 @@ class PGDL2(SoftSmoothedAttack):
     divides by ‖δ‖ + 1e-7, a difference below float32 rounding).
     """
 
-    name = "pgd"
-
     @dataclass(frozen=True)
     class Options(SoftSmoothedAttack.Options):
         rel_stepsize: float | None = option(None, "α / ε (null: 2 / T, Salman et al.)")
@@ -345,8 +343,6 @@ class DDN(SoftSmoothedAttack):
     and the final projection is never re-quantized: the code rounds the projected δ too, which
     can leave the ε-ball by up to ½·√d/255 (≈ 0.1 on CIFAR-10).
     """
-
-    name = "ddn"
 
     @dataclass(frozen=True)
     class Options(SoftSmoothedAttack.Options):

@@ -40,7 +40,7 @@ from ..methods import METHODS, build_method
 from ..models import MODELS
 from ..models.archs import EXTERNAL_ZOOS
 from ..noise.base import NOISES
-from ..registry import Configurable, Registry, describe_options, keyword_defaults
+from ..registry import Registry, describe_options
 from ..upgrade import CONFIG_VERSION, VERSION_KEY, accepts_sigma_keywords, upgrade_config
 from .sigma_modes import SIGMA_MODES, SigmaMode, build_sigma_mode
 
@@ -339,15 +339,8 @@ def keyword_choices(registry: Mapping[str, type]) -> dict[str, str]:
     parameters, a certifier's options): ``key (type, default D): doc``, read off its options
     dataclass (:func:`~smoothcert.registry.describe_options`); the help lays them out as
     continuation rows ("\t" starts one)."""
-    return {name: "\n\t".join([_summary(cls), *_option_lines(cls)])
+    return {name: "\n\t".join([_summary(cls), *describe_options(cls.Options)])
             for name, cls in registry.items()}
-
-
-def _option_lines(cls: type) -> list[str]:
-    if isinstance(cls, type) and issubclass(cls, Configurable):
-        return describe_options(cls.Options)
-    # a plug-in whose options are still keyword-only __init__ arguments: no types or docs
-    return [f"{name} (default {default!r})" for name, default in keyword_defaults(cls).items()]
 
 
 def _dataset_choices() -> dict[str, str]:

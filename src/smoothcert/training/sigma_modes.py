@@ -6,23 +6,24 @@
   (:func:`smoothcert.smoothing.sigma_optimization.optimize_sigma`) before each step.
 
 A σ mode is built as a training method is: its parameters (``TrainConfig.sigma_mode_params``,
-``--sigma-param KEY=VALUE``) are keyword-only ``__init__`` arguments with defaults, checked there,
-and :func:`build_sigma_mode` is the boundary that names the valid ones. The config asks
-:meth:`SigmaMode.check_noise` whether the mode can train with the run's noise; the trainer then
-calls :meth:`SigmaMode.start` once with the run's noise and training-set size, and
+``--sigma-param KEY=VALUE``) are one frozen dataclass, its nested ``Options``, checked by
+:func:`smoothcert.registry.parse_options` (:func:`build_sigma_mode` names the valid ones).
+The config asks :meth:`SigmaMode.check_noise` whether the mode can train with the run's noise;
+the trainer then calls :meth:`SigmaMode.start` once with the run's noise and training-set size, and
 :meth:`SigmaMode.noise_for` before every step.
 """
 
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..errors import SmoothcertError, check_count, check_positive_finite
 from ..noise.base import NOISES, with_soft_radius
-from ..registry import Registry, keyword_defaults
+from ..registry import Configurable, Registry, option, option_defaults
 from ..smoothing import sigma_optimization
 
 SIGMA_MODES: Registry = Registry("sigma mode")
@@ -35,16 +36,20 @@ def build_sigma_mode(name: str, **params: Any) -> SigmaMode:
     Raises :class:`SmoothcertError` for an unknown name, an unknown parameter or an invalid
     value, naming the valid choices.
     """
-    return SIGMA_MODES.build(name, "parameter", **params)
+    return SIGMA_MODES[name](**params)
 
 
-class SigmaMode(abc.ABC):
+class SigmaMode(Configurable, abc.ABC):
     """How the σ of each training example is chosen.
 
-    Subclasses take their parameters as keyword-only ``__init__`` arguments with defaults,
-    validate them there (raising :class:`SmoothcertError`), store each as an attribute of the same
-    name, and implement :meth:`start` and :meth:`noise_for`.
+    Subclasses declare their parameters as a nested frozen dataclass ``Options`` (typed fields
+    with defaults and one-line docs, checked in its ``__post_init__`` raising
+    :class:`SmoothcertError`), read them as attributes of the same name, and implement
+    :meth:`start` and :meth:`noise_for`.
     """
+
+    plugin_kind = "sigma mode"
+    option_word = "parameter"
 
     per_sample: bool = False
     """True if examples are trained at their own σ (a (B,) tensor): the config then refuses a
@@ -52,12 +57,12 @@ class SigmaMode(abc.ABC):
 
     @classmethod
     def param_names(cls) -> list[str]:
-        """The keyword-only constructor arguments, in declaration order."""
-        return list(keyword_defaults(cls))
+        """The parameters' names, in declaration order."""
+        return list(option_defaults(cls.Options))
 
     def params(self) -> dict[str, Any]:
         """Parameters as plain Python values (stored in configs and checkpoints)."""
-        return {k: getattr(self, k) for k in self.param_names()}
+        return self.option_values()
 
     def check_epochs(self, epochs: int) -> None:
         """Raise :class:`SmoothcertError` if a run of ``epochs`` epochs cannot use this mode."""
@@ -146,12 +151,18 @@ class PerExampleSigma(SigmaMode):
 
     per_sample = True
 
-    def __init__(self, *, num_steps: int = 1, step_size: float = 1e-4, num_samples: int = 1,
-                 start_epoch: int = 0):
-        self.num_steps = check_count("num_steps", num_steps)
-        self.step_size = check_positive_finite("step_size", step_size)
-        self.num_samples = check_count("num_samples", num_samples)
-        self.start_epoch = check_count("start_epoch", start_epoch, minimum=0)
+    @dataclass(frozen=True)
+    class Options:
+        num_steps: int = option(1, "K: ascent steps on σ per visit of an example")
+        step_size: float = option(1e-4, "α_σ: step on σ per unit gradient, pixel units")
+        num_samples: int = option(1, "n: noise draws per ascent step")
+        start_epoch: int = option(0, "epochs trained at the fixed σ before σ_x is optimised")
+
+        def __post_init__(self):
+            check_count("num_steps", self.num_steps)
+            check_positive_finite("step_size", self.step_size)
+            check_count("num_samples", self.num_samples)
+            check_count("start_epoch", self.start_epoch, minimum=0)
 
     def check_noise(self, noise: str) -> None:
         """OptimizeSigma ascends the noise's soft radius: a noise without one is refused (it

@@ -1,0 +1,106 @@
+"""Record columns as plug-ins declare them: a column's type and range, and rules between columns.
+
+Every certifier (and the runner's other programs, e.g. the attack) declares the rules of the
+columns it adds (``Certifier.column_rules``) and the rules that tie them together
+(``Certifier.relations``); :mod:`smoothcert.runs.schema` collects them from the registries and
+checks every record file against them. :data:`CERTIFY_RULES` are the columns of Cohen et al.'s
+files and of CERTIFY, which every file that certifies a radius starts with. A column name means
+one thing in every file that has it (two plug-ins that declare one name must declare the same
+rule), so ``runner_up`` — the runner-up's vote count in PREDICT files, its class in L-bound
+files — has the one rule :data:`RUNNER_UP`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Column:
+    """A known column: its ``kind`` ("int", "float", "time" — seconds or ``H:MM:SS.s`` — or
+    "text"), its allowed values (numbers are finite, in ``low``..``high``, ``low`` excluded when
+    ``low_open``; text is one of ``choices``), and ``rule``, that range as a message says it."""
+
+    kind: str
+    rule: str
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    choices: tuple = ()
+
+    def outside(self, values: np.ndarray) -> np.ndarray:
+        """Boolean mask of the parsed ``values`` that break the rule (NaN and ±inf always do)."""
+        if self.kind == "text":
+            return ~np.isin(values, self.choices)
+        v = values.astype(np.float64)
+        above_low = v > self.low if self.low_open else v >= self.low
+        with np.errstate(invalid="ignore"):
+            return ~(np.isfinite(v) & above_low & (v <= self.high))
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A rule between the ``columns`` of one row: ``broken`` maps their arrays to the mask of
+    rows that break it, ``says`` one row's values to the message's text."""
+
+    columns: tuple
+    broken: Callable[..., np.ndarray]
+    says: Callable[..., str]
+
+
+def count(name: str) -> Column:
+    return Column("int", f"{name} is a count, an integer >= 0", low=0)
+
+
+def prediction(name: str) -> Column:
+    return Column("int", f"{name} is a class (an integer >= 0) or -1 (abstention)", low=-1)
+
+
+def flag(name: str) -> Column:
+    return Column("int", f"{name} is 0 or 1", low=0, high=1)
+
+
+def probability(name: str) -> Column:
+    return Column("float", f"{name} is a probability in [0, 1]", low=0.0, high=1.0)
+
+
+def distance(name: str, article: str = "a") -> Column:
+    return Column("float", f"{article} {name} is a finite number >= 0", low=0.0)
+
+
+def abstention_has_radius_zero(radius: str, predict: str) -> Relation:
+    """``radius`` is 0 where ``predict`` is −1."""
+    return Relation((radius, predict), lambda r, p: (p == -1) & (r != 0),
+                    lambda r, p: f"{radius} is {r} with {predict} -1; an abstention has radius 0")
+
+
+RUNNER_UP = Column("int", "runner_up is an integer >= 0 (a count, or a class)", low=0)
+
+CERTIFY_RULES: dict[str, Column] = {
+    # Cohen et al.'s columns, first in every file that certifies a radius
+    "predict": prediction("predict"),
+    "radius": distance("radius"),
+    "correct": flag("correct"),
+    # CERTIFY's, and the run's own
+    "p_lower": probability("p_lower"),
+    "nA": count("nA"),
+    "n0": count("n0"),
+    "n": count("n"),
+    "alpha": Column("float", "alpha is a level in (0, 1)", low=0.0, high=1.0, low_open=True),
+    "sigma": Column("float", "sigma is a finite number > 0", low=0.0, low_open=True),
+}
+"""The rules of the CERTIFY columns (``certifier.CERTIFY_COLUMNS`` less the runner's idx, label,
+time and seed)."""
+
+CERTIFY_RELATIONS: tuple[Relation, ...] = (
+    Relation(("correct", "predict", "label"), lambda c, p, y: c != (p == y),
+             lambda c, p, y: f"correct is {c} with predict {p} and label {y}; correct is 1 "
+                             "exactly when predict equals label"),
+    abstention_has_radius_zero("radius", "predict"),
+    Relation(("nA", "n"), lambda a, n: a > n,
+             lambda a, n: f"nA is {a}, more than n ({n}); nA counts among the n draws"),
+)
