@@ -1,5 +1,7 @@
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 from torch import nn
 
 from smoothcert.models import build_model
@@ -92,3 +94,30 @@ def dying_writer(monkeypatch, rows: int, torn: str):
 
     monkeypatch.setattr(records.RecordWriter, "write", write)
     return lambda: monkeypatch.setattr(records.RecordWriter, "write", original)
+
+
+# Image folders in torchvision's ImageFolder layout (tests/data/test_image_folders.py, and
+# torchrun over a folder in tests/training/test_distributed.py).
+CLASSES = ("ant", "bee", "cat")
+SIZES = ((37, 53), (64, 41), (29, 29))  # (H, W): odd, portrait, landscape, square
+
+
+def write_image(path, seed: int, size=(37, 53), mode="RGB"):
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, size=(*size, 3), dtype=np.uint8)
+    image = Image.fromarray(pixels).convert(mode)
+    image.save(path)
+
+
+def write_folder(root, classes=CLASSES, per_class=3, splits=("train", "val")):
+    """Each class gets JPEG and PNG files of several sizes; one grayscale and one RGBA image."""
+    for s, split in enumerate(splits):
+        for c, name in enumerate(classes):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                ext = (".jpg", ".png", ".JPEG")[i % 3]
+                mode = "L" if (c, i) == (1, 0) else ("RGBA" if (c, i, ext) == (2, 1, ".png")
+                                                     else "RGB")
+                write_image(folder / f"img{i}{ext}", 1000 * s + 10 * c + i, SIZES[i % 3], mode)
+    return root

@@ -20,7 +20,7 @@ from smoothcert.models.checkpoint import load_checkpoint
 from smoothcert.smoothing.attacks import draw_noises, soft_smoothed_log_prob
 from smoothcert.training import loop as train_module
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _golden_script():

@@ -11,7 +11,7 @@ from smoothcert.training import TrainConfig
 from smoothcert.training.recipes import load_recipe
 from smoothcert.upgrade import CONFIG_VERSION
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 RECIPES = sorted(p for p in CONFIGS.rglob("*.yaml") if not p.name.startswith("_"))
 
 

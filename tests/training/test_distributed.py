@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -175,7 +176,10 @@ def torchrun(*args, cwd, check=True) -> subprocess.CompletedProcess:
     unless ``check`` is False."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=300)
+    tests = str(Path(__file__).resolve().parents[1])  # this file run as a script finds conftest
+    path = os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=300,
+                          env={**os.environ, "PYTHONPATH": path})
     assert done.returncode == 0 or not check, done.stderr[-3000:]
     return done
 
@@ -319,7 +323,7 @@ def test_torchrun_certifies_an_image_folder_with_one_progress_bar(tmp_path):
     The one torchrun certification: the shard a rank takes from torchrun's environment is
     the runner's, whatever the dataset (in memory: test_cli's shards test sets RANK and
     WORLD_SIZE itself)."""
-    from test_image_folders import CLASSES, write_folder
+    from conftest import CLASSES, write_folder
 
     root = write_folder(tmp_path / "data")
     checkpoint = folder_checkpoint(tmp_path / "r18.pt", list(CLASSES))

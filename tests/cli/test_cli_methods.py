@@ -9,7 +9,7 @@ from smoothcert.cli.app import main
 from smoothcert.methods import METHODS
 from smoothcert.models.checkpoint import load_checkpoint
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "fashion-mnist"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "fashion-mnist"
 # Two steps of 128 balanced digits: the recipe's method runs end to end; its quality is tested
 # in the method's own module.
 COMMON = ["--dataset", "digits", "--arch", "digits_cnn", "--epochs", "1", "--batch", "128",

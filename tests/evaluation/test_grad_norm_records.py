@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from test_evaluation import COHEN_HEADER, write_digits_checkpoint
 
 from conftest import COHEN_ROWS
 from smoothcert.cli.app import main
@@ -16,7 +17,6 @@ from smoothcert.evaluation.analysis import GRAD_NORM_COLUMNS, read_grad_norms
 from smoothcert.evaluation.metrics import average_certified_radius
 from smoothcert.io import read_tsv
 from smoothcert.runs.records import manifest_path, read_records
-from test_evaluation import COHEN_HEADER, write_digits_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -428,7 +428,7 @@ def test_every_report_column_is_defined_in_help_and_readme(capsys, files):
     headers = {generic.get(h, h) for h in headers}
     assert main(["report", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Reading the tables", 1)[1].split("\n## ", 1)[0]
     for h in headers:
         assert f" {h.replace('≤', '<=')} " in help_text or f" {h}, " in help_text, h

@@ -23,13 +23,13 @@ from smoothcert.training import loop as loop_module
 from smoothcert.training.recipes import load_recipe
 
 F64 = torch.float64
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 # --------------------------------------------------------------------------- golden values
 # The cases and their inputs are those of tools/golden/catrs_golden.py, loaded from that file
 # so that the values below and the inputs they were computed from cannot drift apart.
 _spec = importlib.util.spec_from_file_location(
-    "catrs_golden", Path(__file__).resolve().parents[1] / "tools" / "golden" / "catrs_golden.py")
+    "catrs_golden", Path(__file__).resolve().parents[2] / "tools" / "golden" / "catrs_golden.py")
 _golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_golden)
 CASES = _golden.CASES  # name: (m, b, σ, ε, T, λ, confidence_mask, seed)

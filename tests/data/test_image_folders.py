@@ -9,35 +9,12 @@ import torch
 import torchvision.transforms as T
 from PIL import Image
 
+from conftest import CLASSES, write_folder
 from smoothcert.cli.app import main
 from smoothcert.data.datasets import load_dataset
 from smoothcert.data.image_folders import _crop_box, eval_resize
 from smoothcert.errors import SmoothcertError
 from smoothcert.runs.records import read_records
-
-CLASSES = ("ant", "bee", "cat")
-SIZES = ((37, 53), (64, 41), (29, 29))  # (H, W): odd, portrait, landscape, square
-
-
-def write_image(path, seed: int, size=(37, 53), mode="RGB"):
-    rng = np.random.default_rng(seed)
-    pixels = rng.integers(0, 256, size=(*size, 3), dtype=np.uint8)
-    image = Image.fromarray(pixels).convert(mode)
-    image.save(path)
-
-
-def write_folder(root, classes=CLASSES, per_class=3, splits=("train", "val")):
-    """Each class gets JPEG and PNG files of several sizes; one grayscale and one RGBA image."""
-    for s, split in enumerate(splits):
-        for c, name in enumerate(classes):
-            folder = root / split / name
-            folder.mkdir(parents=True)
-            for i in range(per_class):
-                ext = (".jpg", ".png", ".JPEG")[i % 3]
-                mode = "L" if (c, i) == (1, 0) else ("RGBA" if (c, i, ext) == (2, 1, ".png")
-                                                     else "RGB")
-                write_image(folder / f"img{i}{ext}", 1000 * s + 10 * c + i, SIZES[i % 3], mode)
-    return root
 
 
 @pytest.fixture(scope="module")
