@@ -7,7 +7,9 @@ The fixtures under ``tests/fixtures/upgrade`` are files of each old version, nev
   ``per_example_sigma``); ``configs/v1_first_run.yaml`` is that run's config.yaml.
 - ``records/v1_*``: record files (4 digits test images, n = 300, --batch 64) certified from that
   checkpoint by commit 7172e1a (manifest version 1: ``batch`` in the identity, Step 7's
-  certifier names); ``records/v2_*``: the same runs by commit 867249f (version 2: ``chunk``).
+  certifier names); ``records/v2_*``: the same runs by commit 867249f (version 2: ``chunk``);
+  ``records/v3_*``: the same runs, and an attack, by commit 3412f4d (version 3: the identity's
+  ``task`` and the manifest's ``kind``).
 - ``corpus/``: manifests of the committed study records (with their first rows), the configs and
   the recipe of committed runs: every shape the corpus holds.
 """
@@ -66,7 +68,8 @@ def timeless(rows) -> list[dict]:
 
 # --------------------------------------------------------------------------- record manifests
 def test_the_fixtures_hold_every_manifest_version():
-    versions = {manifest_version(raw(p)) for p in MANIFESTS if raw(p)["kind"] != "grad-norms"}
+    versions = {manifest_version(raw(p)) for p in MANIFESTS
+                if raw(p).get("kind") != "grad-norms"}
     assert versions == set(range(1, MANIFEST_VERSION))
 
 
@@ -75,11 +78,13 @@ def test_an_old_manifest_is_the_identity_a_rerun_computes(path):
     # A rerun (here with another --batch) of the file's run computes the upgraded identity, so
     # the file resumes; the old chunks (version 1: its batch) are kept.
     old = raw(path)
-    if old["kind"] == "grad-norms":  # an analysis cache with its own identity: version 1
+    if old.get("kind") == "grad-norms":  # an analysis cache with its own identity: version 1
         assert upgrade_manifest(old) == {**old, "format_version": 1}
         return
     new = upgrade_manifest(old)
-    assert new["format_version"] == MANIFEST_VERSION and new["kind"] == new["identity"]["task"]
+    assert new["format_version"] == MANIFEST_VERSION and "kind" not in new
+    assert new["identity"]["certifier"] == old["identity"]["task"] or old["identity"]["task"] in \
+        ("uniform", "data-dependent-uniform")  # Step 7's names: the upgrade renames them
     identity = new["identity"]
     fields = {**identity, "batch": 333}
     if fields["indices"] is not None:
@@ -101,7 +106,7 @@ def test_old_certifier_names_and_implicit_gaussian_become_explicit(version, task
     path = FIXTURES / "records" / f"{version}_{name}.tsv"
     assert raw(manifest_path(path))["identity"]["task"] == task
     identity = read_manifest(path)["identity"]
-    assert (identity["task"], identity["noise"]) == noise
+    assert (identity["certifier"], identity["noise"]) == noise and "task" not in identity
     assert identity["engine"] == {} and identity["indices"] is None
     assert "batch" not in identity and "max_count" not in identity
 
@@ -111,13 +116,18 @@ def test_the_manifest_chain_composes_step_by_step():
     two = _MANIFEST_STEPS[0](old)
     assert manifest_version(two) == 2 and two["identity"]["chunk"] == 64
     three = _MANIFEST_STEPS[1](two)
-    assert upgrade_manifest(old) == {**three, "format_version": 3}
+    assert three["kind"] == three["identity"]["task"] == "certify"
+    four = _MANIFEST_STEPS[2](three)
+    assert "kind" not in four and four["identity"]["certifier"] == "certify"
+    assert "task" not in four["identity"]
+    assert upgrade_manifest(old) == {**four, "format_version": 4}
     assert upgrade_manifest({**two, "format_version": 2}) == upgrade_manifest(old)
+    assert upgrade_manifest({**three, "format_version": 3}) == upgrade_manifest(old)
     assert upgrade_manifest(upgrade_manifest(old)) == upgrade_manifest(old)  # current: unchanged
 
 
 @pytest.mark.parametrize("change, match", [
-    ({"format_version": 4}, "record manifest format version 4 is newer than this smoothcert"),
+    ({"format_version": 5}, "record manifest format version 5 is newer than this smoothcert"),
     ({"format_version": "3"}, "format_version must be an integer >= 1"),
     ({"identity": {"batch": 0, "task": "certify"}}, "identity batch must be an integer >= 1"),
 ])
@@ -130,7 +140,7 @@ def test_an_unreadable_manifest_version_is_one_clear_error(tmp_path, change, mat
         read_manifest(path)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_an_old_record_file_resumes_with_the_rows_its_version_drew(tmp_path, version, name):
     # The fixture's last two rows are dropped and recomputed by today's runner (another
@@ -146,6 +156,38 @@ def test_an_old_record_file_resumes_with_the_rows_its_version_drew(tmp_path, ver
     assert len(rows) == 4
     assert timeless(rows) == timeless(read_records(source).rows())
     assert manifest_path(out).read_bytes() == manifest_path(source).read_bytes()  # not rewritten
+
+
+def test_a_version_3_attack_file_resumes_as_the_attack_certifier(tmp_path):
+    # Version 3 named the attack an evaluation: manifest kind "attack", identity task "attack".
+    source = FIXTURES / "records" / "v3_attack.tsv"
+    old = raw(manifest_path(source))
+    assert (old["kind"], old["identity"]["task"], old["format_version"]) == ("attack", "attack", 3)
+    out = tmp_path / source.name
+    out.write_text("".join(source.read_text().splitlines(keepends=True)[:3]))
+    shutil.copy(manifest_path(source), manifest_path(out))
+    rows = certify_dataset(str(CHECKPOINT), load_dataset("digits", "test"), certifier="attack",
+                           options=old["identity"]["options"], n=100, batch=1000, skip=90,
+                           max_count=4, out=out)
+    assert len(rows) == 4
+    assert timeless(rows) == timeless(read_records(source).rows())
+    assert manifest_path(out).read_bytes() == manifest_path(source).read_bytes()  # not rewritten
+
+
+def test_a_version_3_attack_file_reports(capsys):
+    from smoothcert.cli import main
+
+    assert main(["report", str(FIXTURES / "records" / "v3_attack.tsv")]) == 0
+    assert "v3_attack" in capsys.readouterr().out
+
+
+def test_a_new_manifest_names_the_certifier_once(tmp_path):
+    out = tmp_path / "r.tsv"
+    certify_dataset(str(CHECKPOINT), load_dataset("digits", "test"), n0=20, n=50, skip=90,
+                    max_count=1, out=out)
+    written = raw(manifest_path(out))
+    assert written["format_version"] == MANIFEST_VERSION == 4 and "kind" not in written
+    assert written["identity"]["certifier"] == "certify" and "task" not in written["identity"]
 
 
 def test_an_old_record_file_resumes_under_its_old_certifier_name(tmp_path, caplog):
@@ -166,13 +208,13 @@ def test_old_record_files_report(capsys):
 
     files = sorted(str(p) for p in FIXTURES.glob("*/*.tsv") if "grad_norms" not in p.name
                    and "predict" not in p.name and "sequential" not in p.name
-                   and "lbound" not in p.name)
+                   and "lbound" not in p.name and "attack" not in p.name)
     assert main(["report", *files, "--radii", "0:2:0.25", "--format", "csv"]) == 0
     table = capsys.readouterr().out
     assert all(Path(f).stem in table for f in files)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
 def test_an_old_uniform_certify_file_plots_with_its_l1_certificate(version):
     # Its manifest said task "uniform" and no noise; read as Gaussian, it was plotted on an L2
     # axis without the n-limited radius. Upgraded, it is CERTIFY with uniform noise.

@@ -91,8 +91,9 @@ def manifest_version(manifest: Mapping, where: str = "manifest") -> int:
 def upgrade_manifest(manifest: dict, where: str = "manifest") -> dict:
     """A record manifest of any version, as version :data:`MANIFEST_VERSION` (a new dict).
 
-    A grad-norm file's manifest (``kind`` ``grad-norms``, ``evaluation/analysis.py``) is not a
-    run's: its identity is its own, with its own versions (:data:`GRAD_NORMS_VERSION`). A
+    A grad-norm file's manifest (``kind`` ``grad-norms``, ``evaluation/analysis.py``; since
+    version 4 the only manifest with a ``kind``) is not a run's: its identity is its own, with
+    its own versions (:data:`GRAD_NORMS_VERSION`). A
     manifest without an identity, which every reader refuses, is returned as it is."""
     if not isinstance(manifest.get("identity"), dict):
         return manifest  # damaged: refused where it is used, with the file's name
@@ -141,7 +142,22 @@ def _manifest_2_to_3(manifest: dict) -> dict:
     return {**manifest, "kind": task, "identity": identity}
 
 
-_MANIFEST_STEPS = (_manifest_1_to_2, _manifest_2_to_3)
+def _manifest_3_to_4(manifest: dict) -> dict:
+    """Version 3 → 4, Step 11: one name, ``certifier``, for the run's per-input program.
+
+    Until then the program had four names: ``RunConfig.task`` (the identity's ``task``), the
+    manifest's ``kind`` (always equal to it), ``--certifier`` and a second registry for the
+    attack. Since, the attack is a certifier that certifies nothing, the identity names the
+    program ``certifier``, and a run's manifest has no ``kind``: a grad-norm manifest's
+    ``kind`` (``grad-norms``) is the one left, and it never reaches this chain. The rows are
+    unchanged, so a version-3 file resumes."""
+    identity = dict(manifest["identity"])
+    identity["certifier"] = identity.pop("task")
+    rest = {k: v for k, v in manifest.items() if k != "kind"}
+    return {**rest, "identity": identity}
+
+
+_MANIFEST_STEPS = (_manifest_1_to_2, _manifest_2_to_3, _manifest_3_to_4)
 MANIFEST_VERSION = len(_MANIFEST_STEPS) + 1
 # Grad-norm manifests (46c8849, 2026-11-22) have one layout so far: version 1, stated since
 # Step 11. Their first change adds its step here.

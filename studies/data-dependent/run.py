@@ -12,25 +12,16 @@ README.md for the table.
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-SMOOTHCERT = [sys.executable, "-m", "smoothcert.cli"]
+sys.path.insert(0, str(HERE.parent))  # studies/driver.py
+from driver import ROOT, SMOOTHCERT, call, data_flags, output_folder, parser, readme  # noqa: E402
+
 RECIPE = ROOT / "configs" / "fashion-mnist" / "gaussian_s025.yaml"
 FILES = {"fixed_sigma": [], "data_dependent": ["--certifier", "data-dependent"]}
-
-
-def call(cmd: list[str]) -> str:
-    """One CLI call; its failure ends the driver with its exit code (the CLI said why)."""
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
-    if done.returncode:
-        sys.exit(f"failed (exit {done.returncode}): {' '.join(cmd)}")
-    return done.stdout
 
 
 def complete(path: Path, rows: int) -> bool:
@@ -38,24 +29,17 @@ def complete(path: Path, rows: int) -> bool:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__, "data-dependent", "records, figures and README.md")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    p.add_argument("--data-root", help="folder of the Fashion-MNIST files")
-    p.add_argument("--quick", action="store_true", help="toy sizes (the smoke test)")
-    p.add_argument("--out", help="where records, figures and README.md go (default: this folder; "
-                                 "--quick: runs/studies-quick/data-dependent)")
     args = p.parse_args(argv)
-    out = Path(args.out) if args.out else (
-        ROOT / "runs/studies-quick/data-dependent" if args.quick else HERE)
+    out = output_folder(args, HERE, "data-dependent")
     work = out / "work" if args.quick else ROOT / "runs" / "data-dependent"
-    data = ["--data-root", args.data_root] if args.data_root else []
+    data = data_flags(args)
     device = ["--device", args.device, "--no-progress", *data]
     images, n, n0 = (3, 300, 20) if args.quick else (200, 10_000, 100)
     for folder in (out / "records", out / "figures"):
         folder.mkdir(parents=True, exist_ok=True)
-    doc = out / "README.md"
-    if not doc.exists():
-        shutil.copyfile(HERE / "README.md", doc)
+    doc = readme(out, HERE)
     records = {name: out / "records" / f"{name}.tsv" for name in FILES}
     if not all(complete(path, images) for path in records.values()):
         quick = ["--epochs", "1", "--train-size", "300"] if args.quick else []
@@ -70,8 +54,8 @@ def main(argv=None) -> int:
         if not (out / "records" / "train_log.tsv").exists():
             shutil.copyfile(work / "log.tsv", out / "records" / "train_log.tsv")
     files = [str(path) for path in records.values()]
-    print(call([*SMOOTHCERT, "report", *files, "--radii", "0:1:0.125", "--envelope",
-                "--into", str(doc), "--block", "certified"]), end="")
+    call([*SMOOTHCERT, "report", *files, "--radii", "0:1:0.125", "--envelope",
+          "--into", str(doc), "--block", "certified"])
     call([*SMOOTHCERT, "report", *files, "--radii", "0:1.25:0.25",
           "--plot", str(out / "figures" / "certified_accuracy.png"),
           "--ecdf", str(out / "figures" / "pa_ecdf.png")])

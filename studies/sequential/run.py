@@ -12,43 +12,26 @@ runs/studies-quick/sequential (or ``--out``), with a copy of README.md for the t
 
 from __future__ import annotations
 
-import argparse
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-SMOOTHCERT = [sys.executable, "-m", "smoothcert.cli"]
+sys.path.insert(0, str(HERE.parent))  # studies/driver.py
+from driver import ROOT, SMOOTHCERT, call, data_flags, output_folder, parser, readme  # noqa: E402
+
 CHECKPOINT = HERE / "records" / "fmnist_lenet_s025.pt"  # committed; its recipe beside it
 GRIDS = {"grid_075": "0,0.25,0.5,0.75", "grid_050": "0,0.25,0.5"}
 
 
-def call(cmd: list[str], capture: bool = False) -> str:
-    """One call; its failure ends the driver with its exit code (the command said why)."""
-    done = subprocess.run(cmd, stdout=subprocess.PIPE if capture else None, text=True)
-    if done.returncode:
-        sys.exit(f"failed (exit {done.returncode}): {' '.join(cmd)}")
-    return done.stdout or ""
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__, "sequential", "records and README.md")
     p.add_argument("--timing-images", type=int, default=4,
                    help="images CERTIFY is timed on before and after (0: no wall clock)")
-    p.add_argument("--data-root", help="folder of the Fashion-MNIST files")
-    p.add_argument("--quick", action="store_true", help="toy sizes (the smoke test)")
-    p.add_argument("--out", help="where records and README.md go (default: this folder; "
-                                 "--quick: runs/studies-quick/sequential)")
     args = p.parse_args(argv)
-    out = Path(args.out) if args.out else (
-        ROOT / "runs/studies-quick/sequential" if args.quick else HERE)
-    data = ["--data-root", args.data_root] if args.data_root else []
+    out = output_folder(args, HERE, "sequential")
+    data = data_flags(args)
     (out / "records").mkdir(parents=True, exist_ok=True)
-    doc = out / "README.md"
-    if not doc.exists():
-        shutil.copyfile(HERE / "README.md", doc)
+    doc = readme(out, HERE)
     checkpoint, sizes = CHECKPOINT, ["--timing-images", str(args.timing_images)]
     if args.quick:
         checkpoint = out / "model" / "checkpoint.pt"

@@ -15,15 +15,13 @@ of README.md for the tables.
 
 from __future__ import annotations
 
-import argparse
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-SMOOTHCERT = [sys.executable, "-m", "smoothcert.cli"]
+sys.path.insert(0, str(HERE.parent))  # studies/driver.py
+from driver import ROOT, SMOOTHCERT, call, data_flags, output_folder, parser, readme  # noqa: E402
+
 BENCHMARK = [sys.executable, str(ROOT / "benchmarks" / "sound_noise.py")]
 LENET = ROOT / "studies" / "sequential" / "records" / "fmnist_lenet_s025.pt"
 GAUSSIAN_S050 = ROOT / "runs" / "seed-claims" / "gaussian_s050" / "checkpoint.pt"
@@ -32,30 +30,15 @@ MODELS = {"sound_s025": (LENET, 200, 50, "0,0.25,0.5,0.75"),
           "sound_s050": (GAUSSIAN_S050, 200, 20, "0:1.5:0.25")}
 
 
-def call(cmd: list[str], capture: bool = False) -> str:
-    """One call; its failure ends the driver with its exit code (the command said why)."""
-    done = subprocess.run(cmd, stdout=subprocess.PIPE if capture else None, text=True)
-    if done.returncode:
-        sys.exit(f"failed (exit {done.returncode}): {' '.join(cmd)}")
-    return done.stdout or ""
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__, "sound-noise", "records and README.md")
     p.add_argument("--throughput", action="store_true",
                    help="also time both noises (CERTIFY of random images, random weights)")
-    p.add_argument("--data-root", help="folder of the Fashion-MNIST files")
-    p.add_argument("--quick", action="store_true", help="toy sizes (the smoke test)")
-    p.add_argument("--out", help="where records and README.md go (default: this folder; "
-                                 "--quick: runs/studies-quick/sound-noise)")
     args = p.parse_args(argv)
-    out = Path(args.out) if args.out else (
-        ROOT / "runs/studies-quick/sound-noise" if args.quick else HERE)
-    data = ["--data-root", args.data_root] if args.data_root else []
+    out = output_folder(args, HERE, "sound-noise")
+    data = data_flags(args)
     out.mkdir(parents=True, exist_ok=True)
-    doc = out / "README.md"
-    if not doc.exists():
-        shutil.copyfile(HERE / "README.md", doc)
+    doc = readme(out, HERE)
     models, n = MODELS, "10000"
     if args.quick:
         tiny = out / "model" / "checkpoint.pt"

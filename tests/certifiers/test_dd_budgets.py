@@ -25,7 +25,7 @@ SIGMA = 0.25  # the checkpoint's σ, where OptimizeSigma starts
 
 
 def config(**options):
-    return RunConfig(task="data-dependent", checkpoint_sha256="0" * 64, dataset="digits",
+    return RunConfig(certifier="data-dependent", checkpoint_sha256="0" * 64, dataset="digits",
                      split="test", sigma=SIGMA, n=10, alpha=0.01, batch=10, seed=0, n0=10,
                      options=options)
 

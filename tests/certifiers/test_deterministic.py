@@ -133,7 +133,7 @@ def test_every_certifier_runs_end_to_end_through_the_cli(case, checkpoint, tmp_p
     rec = read_records(out)
     assert list(rec["idx"]) == [0, 1, 2]
     assert rec.columns_order[:6] == ("idx", "label", "predict", "radius", "correct", "time")
-    assert rec.manifest["identity"]["task"] == certifier
+    assert rec.manifest["identity"]["certifier"] == certifier
     assert np.all(rec["radius"] >= 0) and np.all((rec["predict"] == -1) <= (rec["radius"] == 0))
     if certifier == "deterministic":
         assert np.all(rec["n0"] == 0) and np.all(rec["n"] == 64) and "p_lower" in rec

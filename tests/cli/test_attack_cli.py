@@ -13,6 +13,7 @@ import torch
 
 from conftest import Halfspace, dying_writer
 from smoothcert import Gaussian, Smoothed
+from smoothcert.certifiers.attack import AttackSettings, SmoothedAttack
 from smoothcert.cli.app import main
 from smoothcert.data.datasets import load_dataset
 from smoothcert.errors import SmoothcertError
@@ -20,7 +21,6 @@ from smoothcert.evaluation.metrics import attack_curve, attack_success, summariz
 from smoothcert.evaluation.report import report
 from smoothcert.models.checkpoint import model_from_checkpoint
 from smoothcert.rng import example_generator
-from smoothcert.runs.attack import AttackSettings, SmoothedAttack
 from smoothcert.runs.records import read_records
 from smoothcert.smoothing.attacks import (
     PGDL2,
@@ -79,7 +79,7 @@ def test_fixed_epsilon_never_leaves_the_ball_or_the_box(checkpoint, tmp_path, na
     out = tmp_path / f"{name}.tsv"
     assert attack(checkpoint, out, "--attack", name, "--epsilon", "0.3", *extra) == 0
     rec = read_records(out)
-    assert list(rec["idx"]) == list(range(6)) and rec.manifest["kind"] == "attack"
+    assert list(rec["idx"]) == list(range(6)) and rec.manifest["identity"]["certifier"] == "attack"
     assert rec.columns_order[:6] == ("idx", "label", "predict_clean", "predict_adv", "success",
                                      "distance")
     assert (rec["distance"] <= 0.3 + 1e-6).all()
@@ -216,7 +216,7 @@ def test_bad_attack_input_one_line_exit_2(case, checkpoint, tmp_path, capsys):
     assert not out.exists()
 
 
-def test_attack_is_not_a_certifier(checkpoint, tmp_path, capsys):
+def test_certify_does_not_offer_the_attack_which_certifies_nothing(checkpoint, tmp_path, capsys):
     assert main(["certify", str(checkpoint), "--certifier", "attack",
                  "--out", str(tmp_path / "c.tsv")]) == 2
     assert "invalid choice" in capsys.readouterr().err
@@ -311,7 +311,7 @@ def test_attack_and_certify_files_do_not_mix(tmp_path, min_distance_run, capsys)
 def test_run_config_validates_attack_options():
     from smoothcert.runs import RunConfig
 
-    base = dict(task="attack", checkpoint_sha256="0", dataset="digits", split="test",
+    base = dict(certifier="attack", checkpoint_sha256="0", dataset="digits", split="test",
                 sigma=0.25, n=100, alpha=0.001, batch=100, seed=0)
     assert RunConfig(**base, options={"attack": "ddn"}).options["steps"] == 20
     with pytest.raises(SmoothcertError, match="steps"):

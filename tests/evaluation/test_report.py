@@ -16,6 +16,7 @@ from smoothcert.evaluation.plots import LEGEND_INSIDE_MAX, line_styles, plot_cer
 from smoothcert.evaluation.report import radius_label, report
 from smoothcert.evaluation.tables import FORMATS, get_format
 from smoothcert.runs.records import read_records
+from smoothcert.upgrade import MANIFEST_VERSION
 
 COHEN_HEADER = ("idx", "label", "predict", "radius", "correct", "time")
 # The 8 rows of conftest.COHEN_ROWS: CA at GRID = 5/8, 4/8, 3/8, 2/8, 1/8, 0 (see there),
@@ -392,15 +393,16 @@ def test_plot_of_files_without_parameters_keeps_their_names(files):
 
 
 def test_plot_marks_the_limit_of_cli_certify_files_only(tmp_path):
-    """A smoothcert CERTIFY file (manifest task certify) gets the line; a sequential one does
+    """A smoothcert CERTIFY file (manifest certifier certify) gets the line; a sequential one does
     not (its grid, not n, limits it), but its n_max comes from the manifest."""
     from smoothcert.evaluation.plots import certified_accuracy_figure, n_limited_radius
 
     path = write_tsv(tmp_path / "c.tsv", OURS_HEADER, OURS_ROWS)
-    manifest = {"identity": {"task": "certify", "sigma": 0.5, "n": 100000, "alpha": 0.001}}
+    manifest = {"format_version": MANIFEST_VERSION,
+                "identity": {"certifier": "certify", "sigma": 0.5, "n": 100000, "alpha": 0.001}}
     (tmp_path / "c.tsv.manifest.json").write_text(json.dumps(manifest))
     assert n_limited_radius(read_records(path)) == pytest.approx(1.9057, abs=1e-4)
-    manifest["identity"]["task"] = "sequential"
+    manifest["identity"]["certifier"] = "sequential"
     (tmp_path / "c.tsv.manifest.json").write_text(json.dumps(manifest))
     ax, texts, vertical = _legend_and_lines(certified_accuracy_figure([read_records(path)]))
     assert not vertical and ax.get_title() == "σ=0.5, n=100000, α=0.001"

@@ -28,7 +28,7 @@ def make_run(folder, method="gaussian", hparams=None, seconds=(2.0, 4.0), mem=(1
     if certify_rows:
         cols = ("idx", "label", "predict", "radius", "correct", "time")
         writer, _ = open_records(folder / "certify.tsv", cols,
-                                 {"kind": "certify", "identity": {}, "shard": {}})
+                                 {"identity": {"certifier": "certify"}, "shard": {}})
         with writer:
             for i, (radius, correct) in enumerate(certify_rows):
                 writer.write({"idx": i, "label": 1, "predict": 1 if correct else 2,

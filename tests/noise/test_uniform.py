@@ -81,9 +81,9 @@ def test_linear_oracle_l1_radius_approaches_the_distance_from_below():
 def test_uniform_certifier_is_registered_with_certify_columns():
     """The former ``uniform`` certifier is CERTIFY with uniform noise: its name still resolves."""
     from smoothcert.certifiers import CERTIFY_COLUMNS
-    from smoothcert.runs import task_class
+    from smoothcert.runs import certifier_class
     from smoothcert.upgrade import certifier_spelling
 
     name, noise = certifier_spelling("uniform", None)
     assert noise == "uniform"
-    assert task_class(name).columns == CERTIFY_COLUMNS and task_class(name).needs_n0
+    assert certifier_class(name).columns == CERTIFY_COLUMNS and certifier_class(name).needs_n0

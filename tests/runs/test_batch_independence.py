@@ -22,6 +22,7 @@ from smoothcert.rng import example_generator
 from smoothcert.runs.records import manifest_path, merge_records, read_manifest, read_records
 from smoothcert.smoothing.engine import CHUNK, BatchedVotes
 from smoothcert.smoothing.smoothed import Smoothed
+from smoothcert.upgrade import MANIFEST_VERSION
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -147,12 +148,12 @@ def test_shards_grown_to_different_maxima_are_not_merged(model, data, tmp_path):
 
 def version_1_copy(path: Path, dest: Path, batch: int, max_count: int, rows: int) -> Path:
     """``path``'s first ``rows`` rows with a manifest of version 1, before fixed chunks:
-    ``batch`` and ``max_count`` in the identity, no ``chunk``."""
+    ``batch`` and ``max_count`` in the identity, no ``chunk``, the certifier named ``task``."""
     manifest = json.loads(manifest_path(path).read_text())
     del manifest["format_version"]
     identity = manifest["identity"]
     del identity["chunk"], identity["engine"], identity["indices"], identity["noise"]
-    identity.update(batch=batch, max_count=max_count)
+    identity.update(batch=batch, max_count=max_count, task=identity.pop("certifier"))
     manifest_path(dest).write_text(json.dumps(manifest))
     lines = path.read_text().splitlines(keepends=True)
     dest.write_text("".join(lines[:1 + rows]))
@@ -185,4 +186,4 @@ def test_an_old_file_resumes_and_grows_with_its_own_chunks_and_any_batch(model, 
     drawn_in_chunks_of_50(grown[4:])
     rewritten = json.loads(manifest_path(old).read_text())  # now in the current format
     assert rewritten["identity"]["chunk"] == 50 and rewritten["indices"]["max_count"] == 5
-    assert "batch" not in rewritten["identity"] and rewritten["format_version"] == 3
+    assert "batch" not in rewritten["identity"] and rewritten["format_version"] == MANIFEST_VERSION

@@ -90,7 +90,8 @@ def test_noise_objects_choose_the_certifier(tmp_path):
     g = certify_dataset(model, data, sigma=Gaussian(0.5), **kwargs)
     u = certify_dataset(model, data, sigma=Uniform(0.5), **kwargs, out=tmp_path / "u.tsv")
     manifest = json.loads((tmp_path / "u.tsv.manifest.json").read_text())
-    assert (manifest["identity"]["task"], manifest["identity"]["noise"]) == ("certify", "uniform")
+    identity = manifest["identity"]
+    assert (identity["certifier"], identity["noise"]) == ("certify", "uniform")
     assert len(g) == len(u) == 2
     same = certify_dataset(model, data, sigma=Uniform(0.5), certifier="uniform", **kwargs,
                            out=tmp_path / "u.tsv")  # the same run: resumed, nothing redone

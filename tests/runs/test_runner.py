@@ -33,7 +33,7 @@ def toy_task():
 
 
 def config(task, **options):
-    return RunConfig(task=task, checkpoint_sha256="0" * 64, dataset="digits", split="test",
+    return RunConfig(certifier=task, checkpoint_sha256="0" * 64, dataset="digits", split="test",
                      sigma=0.25, n=10, alpha=0.01, batch=10, seed=0, options=options)
 
 

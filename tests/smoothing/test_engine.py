@@ -127,7 +127,7 @@ def test_channels_last_gives_votes_of_the_same_distribution():
 
 def test_runner_rows_equal_per_example_certify_and_times_add_up(tmp_path):
     ckpt = write_checkpoint(tmp_path / "m.pt")
-    cfg = RunConfig(task="certify", checkpoint_sha256="x", dataset="digits", split="test",
+    cfg = RunConfig(certifier="certify", checkpoint_sha256="x", dataset="digits", split="test",
                     sigma=0.25, n=300, alpha=0.001, batch=128, seed=5, skip=20, n0=40)
     path = run_dataset(cfg, ckpt, tmp_path / "c.tsv", progress=False)
     rows = read_records(path)
@@ -148,7 +148,7 @@ def test_runner_rows_equal_per_example_certify_and_times_add_up(tmp_path):
 
 def test_engine_settings_enter_the_identity(tmp_path):
     ckpt = write_checkpoint(tmp_path / "m.pt")
-    common = dict(task="certify", checkpoint_sha256="x", dataset="digits", split="test",
+    common = dict(certifier="certify", checkpoint_sha256="x", dataset="digits", split="test",
                   sigma=0.25, n=50, alpha=0.001, batch=64, seed=0, max_count=2, n0=10)
     cfg = RunConfig(**common, engine={"precision": "bf16", "compile": False})
     assert cfg.engine == {"precision": "bf16"}  # defaults are left out of the identity

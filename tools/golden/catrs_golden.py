@@ -5,7 +5,7 @@ Usage::
     python tools/golden/catrs_golden.py PATH_TO_CHECKOUT
 
 PATH_TO_CHECKOUT is a checkout of github.com/alinlab/smoothing-catrs (the values in
-tests/test_catrs.py come from commit d4bc576e7d373d158f087ba5744af8bb48466bb7). Their
+tests/methods/test_catrs.py come from commit d4bc576e7d373d158f087ba5744af8bb48466bb7). Their
 ``code/train_catrs.py`` is imported from there, unchanged: its command line is set through
 ``sys.argv`` before the import, ``tensorboardX`` (not a dependency of ours) is stubbed, and three
 of its names are swapped while ``train()`` runs, so that it sees fixed draws:

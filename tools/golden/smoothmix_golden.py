@@ -9,7 +9,7 @@ Usage::
 The argument is a checkout of jh-jeong/smoothmix (the folder holding ``code/train.py``); their
 code is imported from there and nothing of it is copied here. The script runs one training step
 of their ``train()`` (``code/train.py``, commit cb1fd33, blob d7aeea1b) per case on fixed small
-inputs and prints what ``tests/test_smoothmix.py`` hard-codes:
+inputs and prints what ``tests/methods/test_smoothmix.py`` hard-codes:
 
 - ``loss``: the value of ``loss`` in ``train()`` (``losses.avg`` after one update);
 - ``grad_norm``: ‖∇_θ loss‖₂ over all parameters, read by a stand-in optimizer whose ``step()``

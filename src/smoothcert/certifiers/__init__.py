@@ -8,11 +8,11 @@ from ..registry import import_submodules
 from .certifier import (
     CERTIFIERS,
     CERTIFY_COLUMNS,
-    EVALUATIONS,
     Certifier,
     RunContext,
     build_certifier,
     certificate_row,
+    certifying,
     register_certifier,
 )
 
@@ -21,10 +21,10 @@ import_submodules(__name__, __path__, skip=("certifier",))
 __all__ = [
     "CERTIFIERS",
     "CERTIFY_COLUMNS",
-    "EVALUATIONS",
     "Certifier",
     "RunContext",
     "build_certifier",
     "certificate_row",
+    "certifying",
     "register_certifier",
 ]

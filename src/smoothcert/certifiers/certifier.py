@@ -11,8 +11,8 @@ run's identity. A certifier also declares the rules of the record columns it add
 (``column_rules``, ``relations``: :mod:`.columns`), which the record schema collects.
 
 To add a certifier, write ``certifiers/<name>.py`` with one ``@register_certifier`` class; the
-contract test (``tests/test_certifier_contract.py``) then runs it on the closed-form halfspace
-oracle, through a kill and a resume, and through shards and a merge.
+contract test (``tests/certifiers/test_certifier_contract.py``) then runs it on the closed-form
+halfspace oracle, through a kill and a resume, and through shards and a merge.
 """
 
 from __future__ import annotations
@@ -29,10 +29,16 @@ from ..smoothing.smoothed import Certificate
 from .columns import Column, Relation
 
 CERTIFIERS: Registry = Registry("certifier")
+"""Every per-input program of the dataset runner, the attack (``attack.py``, ``certifies`` False)
+included: one name for the program in code (``RunConfig.certifier``), on the command line
+(``--certifier``) and in records (the identity's ``certifier``)."""
 
-EVALUATIONS: Registry = Registry("evaluation")
-"""Per-input programs of the runner that are not certifiers (``runs/attack.py``: the attack).
-Here, beside :data:`CERTIFIERS`, so that the record schema can collect their columns too."""
+
+def certifying() -> list[str]:
+    """The names of the registered certifiers that give a certificate (``certifies``), sorted:
+    the choices of ``--certifier``. The others (the attack) have a command of their own."""
+    return sorted(name for name, cls in CERTIFIERS.items() if cls.certifies)
+
 
 @dataclass(frozen=True)
 class RunContext:
@@ -54,7 +60,9 @@ class Certifier(Configurable, abc.ABC):
     :meth:`program`. Class attributes: ``columns`` of its records (the runner adds idx, label,
     time and seed), ``column_rules`` and ``relations`` (the rules of the columns it adds to
     :data:`.columns.CERTIFY_RULES`), ``needs_n0`` (it takes CERTIFY's selection draws ``n0``),
-    ``noises`` (the noise names whose certificate it computes; None: every registered noise).
+    ``noises`` (the noise names whose certificate it computes; None: every registered noise),
+    ``certifies`` (its rows hold a certificate; False for an empirical evaluation such as the
+    attack, which ``certify --certifier`` does not offer).
     """
 
     plugin_kind = "certifier"
@@ -63,6 +71,7 @@ class Certifier(Configurable, abc.ABC):
     relations: ClassVar[tuple[Relation, ...]] = ()
     needs_n0: bool = False
     noises: tuple | None = None
+    certifies: ClassVar[bool] = True
 
     def options(self) -> dict[str, Any]:
         """The options as plain values (the run identity's ``options``)."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 from .common import command
-from .dataset_run import dataset_run_args, monte_carlo_args, noise_args, run_task
+from .dataset_run import dataset_run_args, monte_carlo_args, noise_args, run_certifier
 
 
 def _attack_args(p):
-    from ..runs.attack import AttackSettings
+    from ..certifiers.attack import AttackSettings
     from ..smoothing.attacks import ATTACKS
 
     d = AttackSettings()
@@ -48,10 +48,10 @@ def _attack_args(p):
     _attack_args,
 )
 def cmd_attack(args):
-    from ..runs.attack import AttackSettings
+    from ..certifiers.attack import AttackSettings
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(AttackSettings)}
     if given["epsilon"] is None:  # --min-distance: the budget grid, not ε
         given["epsilon"] = AttackSettings.epsilon
     settings = AttackSettings(**given)  # validated here, before any file is written
-    run_task("attack", args, options=dataclasses.asdict(settings))
+    run_certifier("attack", args, options=dataclasses.asdict(settings))

@@ -6,17 +6,17 @@ from __future__ import annotations
 from functools import partial
 
 from .common import DRAWS, command, parse_params
-from .dataset_run import dataset_run_args, monte_carlo_args, noise_args, run_task
+from .dataset_run import dataset_run_args, monte_carlo_args, noise_args, run_certifier
 
 
 def _run_args(p, *, with_n0: bool):
     p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
     if with_n0:
-        from ..certifiers import CERTIFIERS
+        from ..certifiers import certifying
         from ..upgrade import OLD_CERTIFIER_NAMES
 
         p.add_argument("--certifier", default="certify",
-                       choices=sorted(CERTIFIERS) + sorted(OLD_CERTIFIER_NAMES),
+                       choices=certifying() + sorted(OLD_CERTIFIER_NAMES),
                        help="the certification algorithm (default: Cohen et al.'s CERTIFY); "
                             "uniform and data-dependent-uniform are deprecated spellings of "
                             "certify and data-dependent with --noise uniform")
@@ -35,14 +35,17 @@ def _run_args(p, *, with_n0: bool):
 
 
 def _certifiers_epilog() -> str:
-    """Every certifier (its options, set with --opt, listed under it) and noise."""
-    from ..certifiers import CERTIFIERS
+    """Every certifier ``--certifier`` offers (its options, set with --opt, listed under it)
+    and noise."""
+    from ..certifiers import CERTIFIERS, certifying
     from ..noise.base import NOISES
     from ..training.config import described, keyword_choices
 
     lines = ["names (under a certifier its options, set with --opt KEY=VALUE):",
              "", "--certifier NAME"]
-    lines += [f"{name}\t{text}" for name, text in keyword_choices(CERTIFIERS).items()]
+    offered = certifying()
+    lines += [f"{name}\t{text}" for name, text in keyword_choices(CERTIFIERS).items()
+              if name in offered]
     lines += ["", "--noise NAME"] + [f"{name}\t{text}" for name, text in described(NOISES).items()]
     return "\n".join(lines)
 
@@ -61,7 +64,7 @@ def _certifier_options(args) -> dict:
     partial(_run_args, with_n0=True),
 )
 def cmd_certify(args):
-    run_task("certify", args, _certifier_options(args))
+    run_certifier("certify", args, _certifier_options(args))
 
 
 @command(
@@ -70,4 +73,4 @@ def cmd_certify(args):
     partial(_run_args, with_n0=False),
 )
 def cmd_predict(args):
-    run_task("predict", args, _certifier_options(args))
+    run_certifier("predict", args, _certifier_options(args))

@@ -86,9 +86,9 @@ def _shard(args) -> tuple[int, int]:
 
 
 # --------------------------------------------------------------------------- the run
-def run_task(task: str, args, options: dict) -> None:
+def run_certifier(certifier: str, args, options: dict) -> None:
     """Load the checkpoint's dataset split and hand everything to ``certify_dataset``; the
-    certifier is ``--certifier`` where the command has one, else ``task``."""
+    certifier is ``--certifier`` where the command has one, else ``certifier``."""
     from ..models.checkpoint import load_checkpoint
     from ..runs import certify_dataset
     from ..runs.records import shard_path
@@ -109,7 +109,7 @@ def run_task(task: str, args, options: dict) -> None:
         seed=args.seed,
         skip=args.skip,
         max_count=args.max_count,
-        certifier=getattr(args, "certifier", task),
+        certifier=getattr(args, "certifier", certifier),
         options=options,
         out=args.out,
         shard=shard,

@@ -37,8 +37,9 @@ def run_demo(out, device="cpu", progress=True) -> str:
     checkpoint = train(TRAIN, out / "train", device=device, resume=True, progress=progress,
                        epoch_lines=True)
     print(f"certifying the digits test split (n={N}) into {out / 'certify.tsv'}", flush=True)
-    cfg = RunConfig(task="certify", checkpoint_sha256=file_sha256(checkpoint), dataset="digits",
-                    split="test", sigma=SIGMA, n=N, alpha=ALPHA, batch=BATCH, seed=0, n0=N0,
+    cfg = RunConfig(certifier="certify", checkpoint_sha256=file_sha256(checkpoint),
+                    dataset="digits", split="test", sigma=SIGMA, n=N, alpha=ALPHA, batch=BATCH,
+                    seed=0, n0=N0,
                     device_type=device.type if hasattr(device, "type") else str(device))
     records = run_dataset(cfg, checkpoint, out / "certify.tsv", device=device, progress=progress)
     table = report([records], parse_radii(RADII), fmt="md", plot=out / "certified_accuracy.png")

@@ -236,7 +236,7 @@ def digits_split_indices() -> tuple[np.ndarray, np.ndarray]:
 
 
 # Pixel mean and population std (ddof=0) over all pixels of the train split above, pixels = raw/16;
-# recomputed by tests/test_data.py::test_digits_normalization_matches_train_split.
+# recomputed by tests/data/test_data.py::test_digits_normalization_matches_train_split.
 @register_dataset("digits", num_classes=10, input_shape=(1, 8, 8), mean=(0.30548,), std=(0.37611,))
 def _load_digits(split: str, data_root: Path | None, download: bool):
     from sklearn.datasets import load_digits

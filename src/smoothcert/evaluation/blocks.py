@@ -21,7 +21,7 @@ def block_markers(name: str) -> tuple[str, str]:
 def splice_block(doc, name: str, text: str) -> None:
     """Replace the lines between the markers of block ``name`` in ``doc`` by ``text``.
 
-    Lets a hand-written document (docs/RESULTS.md) hold tables that are only ever written by
+    Lets a hand-written document (a study's README.md) hold tables that are only ever written by
     ``smoothcert report``: regenerating them rewrites the blocks and leaves the prose alone. The
     document is rewritten atomically, so a failure leaves it as it was.
     """

@@ -117,12 +117,12 @@ def run_parameters(records: Records) -> dict[str, float]:
 def n_limited_radius(records: Records) -> float | None:
     """The largest radius CERTIFY can return with the file's n draws at level α, the noise's
     radius at p_lower = α^(1/n) (σΦ⁻¹(α^(1/n)) for Gaussian noise); None unless the file is a
-    CERTIFY file (its manifest's task, or the CERTIFY columns ``n0``, ``p_lower`` without a
+    CERTIFY file (its manifest's certifier, or the CERTIFY columns ``n0``, ``p_lower`` without a
     manifest) with one σ, n and α."""
     from ..noise.base import NOISES
 
     identity = (records.manifest or {}).get("identity")
-    if identity is not None and identity.get("task") != "certify":
+    if identity is not None and identity.get("certifier") != "certify":
         return None
     if identity is None and not ("n0" in records and "p_lower" in records):
         return None

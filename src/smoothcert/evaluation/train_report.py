@@ -91,7 +91,7 @@ def _read_log(path: Path) -> dict:
 def _run_acr(run_dir: Path) -> float | None:
     for path in sorted(run_dir.glob("*.tsv")):
         manifest = read_manifest(path)
-        if manifest is not None and manifest.get("kind") == "certify":
+        if manifest is not None and (manifest.get("identity") or {}).get("certifier") == "certify":
             return average_certified_radius(read_records(path))
     return None
 

@@ -111,7 +111,7 @@ class HeatSmoothing(TrainingMethod):
 
     Measured on digits (digits_cnn, σ = 0.25, a gaussian-trained base at 0.82 noisy test
     accuracy; one epoch, CPU): the defaults (γ = 0.006, κ = 10, δ = 0.01, n_T = 1) at the
-    paper's lr 0.01 keep it (0.82 → 0.83, tests/test_heat.py). Before this version (δ = 0.1,
+    paper's lr 0.01 keep it (0.82 → 0.83, tests/methods/test_heat.py). Before this version (δ = 0.1,
     κ = 2, old γ 1 and 5, i.e. γ = 0.2 and 1 on this scale): lr 0.001 with γ = 0.2 kept it
     (0.83); at lr 0.01, γ = 0.2 fell to 0.62 and γ = 1 to chance. ``logit_mse`` diverges even
     with γ = 0 (its curvature in the last layer is large).

@@ -5,7 +5,7 @@
 Why float smoothing is not sound: CERTIFY's guarantee is about E f(x + ε) with ε ~ N(0, σ²I)
 real, but what runs is f(fl(x + fl(σ·ε̃))), ε̃ a float. Which floats come out depends on x, not
 only on x + ε, so a classifier can tell the noisy inputs of x from those of a point 0.8 away
-and the certificate σΦ⁻¹(p) at x (1.26 in the paper) can be false (``tests/test_sound_noise``
+and the certificate σΦ⁻¹(p) at x (1.26 in the paper) can be false (``tests/noise/test_sound_noise``
 builds such a classifier).
 
 The fix, for inputs on the grid {0, 1/255, …, 1} (what an 8-bit image is, and what an attacker

@@ -1,10 +1,10 @@
 """Dataset runs: one record per example, resumable and sharded.
 
 ``runner.py`` (``certify_dataset``, ``RunConfig``), ``inputs.py`` (the model and the examples),
-``records.py`` (record files and manifests), ``attack.py`` (the attack program).
+``records.py`` (record files and manifests). The per-input programs, the attack included, are
+the certifiers (``certifiers/``).
 """
 
-from . import attack  # noqa: F401  (registers the attack program)
-from .runner import EVALUATIONS, RunConfig, certify_dataset, execute, run_dataset, task_class
+from .runner import RunConfig, certifier_class, certify_dataset, execute, run_dataset
 
-__all__ = ["EVALUATIONS", "RunConfig", "certify_dataset", "execute", "run_dataset", "task_class"]
+__all__ = ["RunConfig", "certifier_class", "certify_dataset", "execute", "run_dataset"]

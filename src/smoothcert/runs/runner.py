@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..certifiers import CERTIFIERS, EVALUATIONS, Certifier, RunContext, build_certifier
+from ..certifiers import CERTIFIERS, Certifier, RunContext, build_certifier
 from ..data.datasets import data_files, load_dataset
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
 from ..io import write_json_atomic
@@ -71,16 +71,16 @@ class RunConfig:
     The manifest's identity (:func:`run_identity`) is all of it but ``batch`` (noisy inputs per
     forward pass: the speed, not the rows) and ``max_count`` (the examples are a prefix of the
     index list; see the module doc). ``chunk`` is the draws per canonical noise chunk
-    (``sampling.CHUNK``; a resumed file's own). ``task`` names the
-    certifier (:data:`~smoothcert.certifiers.CERTIFIERS`) or another per-input program of the
-    runner (:data:`EVALUATIONS`: the attack); ``noise`` the noise
+    (``sampling.CHUNK``; a resumed file's own). ``certifier`` names the
+    per-input program (:data:`~smoothcert.certifiers.CERTIFIERS`, the attack included); ``noise``
+    the noise
     (:data:`~smoothcert.noise.NOISES`) at standard deviation ``sigma``; ``options`` the
     certifier's own settings, completed with its defaults, so that equal runs have equal
     identities. The certifier names from before noise was an axis (``uniform``,
     ``data-dependent-uniform``) are read through :func:`smoothcert.upgrade.certifier_spelling`.
     """
 
-    task: str
+    certifier: str
     checkpoint_sha256: str
     dataset: str
     split: str
@@ -103,26 +103,26 @@ class RunConfig:
     chunk: int = CHUNK  # draws per canonical noise chunk: changes the draws, so the rows
 
     def __post_init__(self):
-        task, noise = _resolved_names(self.task, self.noise)
-        object.__setattr__(self, "task", task), object.__setattr__(self, "noise", noise)
+        certifier, noise = _resolved_names(self.certifier, self.noise)
+        object.__setattr__(self, "certifier", certifier), object.__setattr__(self, "noise", noise)
         check_positive_finite("sigma", self.sigma), check_count("n", self.n)
         check_probability("alpha", self.alpha), check_count("batch", self.batch)
         check_count("skip", self.skip), check_count("seed", self.seed, minimum=0)
         check_count("chunk", self.chunk)
         if self.max_count is not None:
             check_count("max", self.max_count)
-        if task_class(task).needs_n0:
+        if certifier_class(certifier).needs_n0:
             check_count("n0", self.n0 if self.n0 is not None else 0)
         if self.split not in ("train", "test"):
             raise SmoothcertError(f"split must be 'train' or 'test', got {self.split!r}")
-        object.__setattr__(self, "options", self.certifier().options())
+        object.__setattr__(self, "options", self.build_certifier().options())
         object.__setattr__(self, "engine", _resolved_engine(self.engine))
         if self.indices is not None:
             object.__setattr__(self, "indices", _checked_indices(self.indices))
 
-    def certifier(self) -> Certifier:
+    def build_certifier(self) -> Certifier:
         """A fresh instance of the run's certifier with its options (checked)."""
-        return build_certifier(task_class(self.task), self.options)
+        return build_certifier(certifier_class(self.certifier), self.options)
 
     def run_indices(self, dataset_size: int) -> list[int]:
         """The run's global index list (before sharding): the explicit indices, or every
@@ -136,21 +136,22 @@ class RunConfig:
         return list(self.indices)
 
 
-def task_class(name: str) -> type[Certifier]:
-    """The class of a run's program: a certifier, or an evaluation such as the attack."""
-    return EVALUATIONS[name] if name in EVALUATIONS else CERTIFIERS[name]
+def certifier_class(name: str) -> type[Certifier]:
+    """The registered class of certifier ``name`` (the attack included); an unknown name is one
+    SmoothcertError listing the known ones."""
+    return CERTIFIERS[name]
 
 
-def _resolved_names(task: str, noise: str) -> tuple[str, str]:
+def _resolved_names(certifier: str, noise: str) -> tuple[str, str]:
     """(certifier, noise) with an old certifier name upgraded; the noise checked against the
     certifier's."""
-    task, noise = certifier_spelling(task, noise)
-    cls = task_class(task)
+    certifier, noise = certifier_spelling(certifier, noise)
+    cls = certifier_class(certifier)
     NOISES[noise]  # an unknown name raises with the list of known ones
     if cls.noises is not None and noise not in cls.noises:
-        raise SmoothcertError(f"certifier {task!r} certifies with noise "
+        raise SmoothcertError(f"certifier {certifier!r} certifies with noise "
                               f"{', '.join(cls.noises)} only, not {noise!r}")
-    return task, noise
+    return certifier, noise
 
 
 def _checked_indices(indices) -> tuple[int, ...]:
@@ -218,10 +219,10 @@ def certify_dataset(
     source = load_source(model, device, num_classes)
     data = as_examples(dataset)
     certifier, noise = certifier_spelling(certifier, noise)
-    needs_n0 = task_class(certifier).needs_n0  # an unknown name raises, listing the known ones
+    needs_n0 = certifier_class(certifier).needs_n0  # an unknown name raises, listing the known ones
     sigma, noise = _sigma_and_noise(sigma, noise, source.meta)
     cfg = RunConfig(
-        task=certifier, checkpoint_sha256=source.sha256, dataset=data.name, split=data.split,
+        certifier=certifier, checkpoint_sha256=source.sha256, dataset=data.name, split=data.split,
         sigma=sigma, n=n, alpha=alpha, batch=batch, seed=seed, skip=skip, max_count=max_count,
         n0=n0 if needs_n0 else None, device_type=source.device.type,
         options=dict(options or {}), engine=dict(engine or {}),
@@ -276,7 +277,7 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     _check_compatible(source, data)
     if workers is not None:
         check_count("workers", workers, minimum=0)
-    certifier = cfg.certifier()
+    certifier = cfg.build_certifier()
     mine = shard_indices(cfg.run_indices(len(data)), *shard)
     _check_shardable(cfg, certifier, shard)
     noise = NOISES[cfg.noise](cfg.sigma)
@@ -293,7 +294,7 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     todo = [i for i in mine if i not in done]
     name = path.name if path is not None else data.name
     bar = tqdm(total=len(mine), initial=len(mine) - len(todo), disable=not progress,
-               desc=f"{cfg.task} {name}", unit="img", dynamic_ncols=True)
+               desc=f"{cfg.certifier} {name}", unit="img", dynamic_ncols=True)
     produced = []
     with writer, bar, eval_mode(source.model):
         for row in _rows(certifier, run, data.stream(todo, workers)):
@@ -329,7 +330,7 @@ def _open(path, cfg: RunConfig, source: ModelSource, shard, dataset_size: int,
     extends = old is not None and old.get("indices") != manifest["indices"]
     if extends and old.get("identity") == manifest["identity"]:  # else open_records refuses
         _check_extends(path, old, manifest)
-    writer, done = open_records(path, task_class(cfg.task).columns, manifest)
+    writer, done = open_records(path, certifier_class(cfg.certifier).columns, manifest)
     if extends:  # the lock is held: the manifest now names the extended index list
         write_json_atomic(manifest_path(path), {**old, "indices": manifest["indices"]})
     return writer, done
@@ -396,7 +397,7 @@ def _rows(certifier: Certifier, run: RunContext, stream):
 def _check_shardable(cfg: RunConfig, certifier: Certifier, shard) -> None:
     if shard[1] > 1 and not certifier.shardable():
         raise SmoothcertError(
-            f"certifier {cfg.task!r} with options {cfg.options} needs every input in one run "
+            f"certifier {cfg.certifier!r} with options {cfg.options} needs every input in one run "
             "and order; run it without --num-shards"
         )
 
@@ -442,7 +443,6 @@ def _manifest(cfg: RunConfig, source: ModelSource, shard, dataset_size: int) -> 
     if cfg.indices is not None:
         indices["explicit"] = list(cfg.indices)
     return {
-        "kind": cfg.task,
         "identity": run_identity(cfg),
         "shard": {"index": shard[0], "count": shard[1]},
         "indices": indices,

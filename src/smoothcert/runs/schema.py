@@ -10,8 +10,8 @@ unchecked.
 
 The columns are the runner's (``idx label time seed``), Cohen et al.'s and CERTIFY's
 (:data:`smoothcert.certifiers.columns.CERTIFY_RULES`; ``time`` in seconds or as
-``H:MM:SS.s``), those each registered certifier and evaluation declares for itself
-(``column_rules`` and ``relations`` of its class: ``certifiers/*.py``, ``runs/attack.py``), and
+``H:MM:SS.s``), those each registered certifier (the attack too) declares for itself
+(``column_rules`` and ``relations`` of its class: ``certifiers/*.py``), and
 those ``analyze grad-norms --out`` writes. A column name means one thing in every file that has
 it (``runner_up``: an integer >= 0, the runner-up's vote count in PREDICT files, its class in
 L-bound files).
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..certifiers.certifier import CERTIFIERS, EVALUATIONS
+from ..certifiers.certifier import CERTIFIERS
 from ..certifiers.columns import CERTIFY_RELATIONS, CERTIFY_RULES, Column, Relation, distance
 from ..errors import SmoothcertError
 
@@ -46,11 +46,11 @@ OTHER_COLUMNS: dict[str, Column] = {
 
 def known_columns() -> dict[str, Column]:
     """Every column with a rule: the runner's, CERTIFY's (Cohen et al.'s files have no manifest
-    to name their program), each registered certifier's and evaluation's own
+    to name their program), each registered certifier's own
     (``column_rules``), and the grad-norm files'. Collected when asked, so a plug-in registered
     after import counts. Two plug-ins that declare one name must declare the same rule."""
     columns = {**RUN_COLUMNS, **CERTIFY_RULES, **OTHER_COLUMNS}
-    for program in (*CERTIFIERS.values(), *EVALUATIONS.values()):
+    for program in CERTIFIERS.values():
         for name, column in program.column_rules.items():
             if columns.setdefault(name, column) != column:
                 raise TypeError(f"{program.__name__} declares column {name!r} with another "
@@ -61,7 +61,7 @@ def known_columns() -> dict[str, Column]:
 def known_relations() -> list[Relation]:
     """CERTIFY's rules between the columns of a row, then every program's own (``relations``)."""
     relations = list(CERTIFY_RELATIONS)
-    for program in (*CERTIFIERS.values(), *EVALUATIONS.values()):
+    for program in CERTIFIERS.values():
         relations += [rel for rel in program.relations if rel not in relations]
     return relations
 

@@ -1,4 +1,4 @@
-"""Attacks on a smoothed classifier, judged by its PREDICT: the runner's ``attack`` program.
+"""Attacks on a smoothed classifier, judged by its PREDICT: the ``attack`` certifier.
 
 What the papers do (and what we do):
 
@@ -40,21 +40,20 @@ from dataclasses import dataclass
 
 import torch
 
-from ..certifiers.certifier import Certifier
-from ..certifiers.columns import Relation, count, distance, flag, prediction, probability
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
 from ..registry import option
 from ..smoothing.attacks import ATTACKS, FreshNoiseObjective, SoftSmoothedObjective, draw_noises
 from ..smoothing.smoothed import Prediction, Smoothed
 from ..tensors import model_device
-from .runner import EVALUATIONS
+from .certifier import Certifier, register_certifier
+from .columns import Relation, count, distance, flag, prediction, probability
 
 MAX_BUDGETS = 10_000  # an ε grid longer than this is a typo
 
 
 @dataclass(frozen=True)
 class AttackSettings:
-    """The attack's own settings: the options of the runner's ``attack`` program, built from
+    """The attack's own settings: the options of the ``attack`` certifier, built from
     what a user gave by :func:`smoothcert.registry.parse_options`.
 
     ε, ``max_epsilon`` and ``epsilon_step`` are L2 norms in pixel units. With ``min_distance``
@@ -174,14 +173,14 @@ class SmoothedAttack:
         return SoftSmoothedObjective(model, y, draw_noises(noise, x[None], m, generator))
 
 
-# --------------------------------------------------------------------------- the runner program
+# --------------------------------------------------------------------------- the certifier
 ATTACK_COLUMNS = ("idx", "label", "predict_clean", "predict_adv", "success", "distance", "time",
                   "epsilon", "attempts", "count_adv", "runner_up_adv", "pvalue_adv", "n", "alpha",
                   "sigma", "seed")
 
 
 def attack_row(outcome: AttackOutcome, sigma: float) -> dict:
-    """The task's columns of a record (``predict_*`` is −1 on abstention, as in Cohen's files)."""
+    """The attack's columns of a record (``predict_*`` is −1 on abstention, as in Cohen's files)."""
     final = outcome.final
     return {"predict_clean": _predicted(outcome.clean), "predict_adv": _predicted(final),
             "success": int(outcome.success), "distance": outcome.distance,
@@ -194,14 +193,14 @@ def _predicted(p: Prediction) -> int:
     return -1 if p.abstained else p.prediction
 
 
-@EVALUATIONS.register("attack")
+@register_certifier("attack")
 class Attack(Certifier):
-    """The runner's ``attack`` program: :class:`SmoothedAttack` with the :class:`AttackSettings`
-    given as options, judged by PREDICT with the run's ``n``, α and batch. Not a certifier (its
-    records are empirical upper bounds), so it is an evaluation, not a ``--certifier``."""
+    """The ``attack`` program: :class:`SmoothedAttack` with the :class:`AttackSettings` given as
+    options, judged by PREDICT with the run's ``n``, α and batch. It certifies nothing (its
+    records are empirical upper bounds on the robust accuracy), so ``certifies`` is False: it
+    runs through ``smoothcert attack``, never as ``certify --certifier``."""
 
-    name = "attack"
-    plugin_kind = "evaluation"
+    certifies = False
     Options = AttackSettings
     columns = ATTACK_COLUMNS
     column_rules = {

@@ -1,0 +1,57 @@
+"""What the study drivers share: one CLI call that stops the driver when it fails, the flags
+every driver takes (--data-root, --quick, --out), and where a run writes.
+
+A driver is a user of the library: it calls the ``smoothcert`` command line, nothing else of the
+package. ``--quick`` writes under ``runs/studies-quick/<topic>/`` (or ``--out``), never over the
+committed records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOOTHCERT = [sys.executable, "-m", "smoothcert.cli"]
+
+
+def call(cmd: list[str], capture: bool = False) -> str:
+    """Run one command; its failure ends the driver with its exit code (the command said why).
+    Returns its standard output when ``capture``, else "" (the output went to the terminal)."""
+    done = subprocess.run(cmd, stdout=subprocess.PIPE if capture else None, text=True)
+    if done.returncode:
+        sys.exit(f"failed (exit {done.returncode}): {' '.join(cmd)}")
+    return done.stdout or ""
+
+
+def parser(doc: str, topic: str, writes: str = "records and README.md") -> argparse.ArgumentParser:
+    """The flags every driver takes; ``doc`` is the driver's module docstring."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--data-root", help="folder of the Fashion-MNIST files")
+    p.add_argument("--quick", action="store_true", help="toy sizes (the smoke test)")
+    p.add_argument("--out", help=f"where {writes} go (default: the study's folder; "
+                                 f"--quick: runs/studies-quick/{topic})")
+    return p
+
+
+def output_folder(args, here: Path, topic: str) -> Path:
+    """Where this call writes: ``--out``, else the quick folder, else the study's own."""
+    if args.out:
+        return Path(args.out)
+    return ROOT / "runs" / "studies-quick" / topic if args.quick else here
+
+
+def data_flags(args) -> list[str]:
+    return ["--data-root", args.data_root] if args.data_root else []
+
+
+def readme(out: Path, here: Path) -> Path:
+    """The README whose generated blocks this call fills: the study's own, or a copy in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    doc = out / "README.md"
+    if not doc.exists():
+        shutil.copyfile(here / "README.md", doc)
+    return doc
