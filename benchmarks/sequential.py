@@ -38,9 +38,9 @@ from smoothcert.runs.records import read_records
 from smoothcert.stats import clopper_pearson_lower
 
 
-def config(args, task: str, **options) -> RunConfig:
+def config(args, certifier: str, **options) -> RunConfig:
     meta = load_checkpoint(args.checkpoint).meta
-    return RunConfig(task=task, checkpoint_sha256=file_sha256(args.checkpoint),
+    return RunConfig(certifier=certifier, checkpoint_sha256=file_sha256(args.checkpoint),
                      dataset=meta["dataset"], split="test", sigma=float(meta["noise"]["sigma"]),
                      n=args.n, alpha=args.alpha, batch=args.batch, seed=args.seed,
                      skip=args.skip, max_count=args.max, n0=args.n0, options=options)

@@ -44,21 +44,21 @@ def main(argv=None) -> int:
     if not all(complete(path, images) for path in records.values()):
         quick = ["--epochs", "1", "--train-size", "300"] if args.quick else []
         call([*SMOOTHCERT, "train", "--config", str(RECIPE), "--out", str(work), "--resume",
-              *quick, *device])
+              *quick, *device], capture=True)
         for name, flags in FILES.items():
             if not complete(records[name], images):
                 call([*SMOOTHCERT, "certify", str(work / "checkpoint.pt"), *flags,
                       "--sigma", "0.25", "--n0", str(n0), "--n", str(n), "--alpha", "0.001",
                       "--batch", "10000", "--skip", "50", "--max", str(images),
-                      "--out", str(records[name]), *device])
+                      "--out", str(records[name]), *device], capture=True)
         if not (out / "records" / "train_log.tsv").exists():
             shutil.copyfile(work / "log.tsv", out / "records" / "train_log.tsv")
     files = [str(path) for path in records.values()]
-    call([*SMOOTHCERT, "report", *files, "--radii", "0:1:0.125", "--envelope",
-          "--into", str(doc), "--block", "certified"])
+    print(call([*SMOOTHCERT, "report", *files, "--radii", "0:1:0.125", "--envelope",
+                "--into", str(doc), "--block", "certified"], capture=True), end="")
     call([*SMOOTHCERT, "report", *files, "--radii", "0:1.25:0.25",
           "--plot", str(out / "figures" / "certified_accuracy.png"),
-          "--ecdf", str(out / "figures" / "pa_ecdf.png")])
+          "--ecdf", str(out / "figures" / "pa_ecdf.png")], capture=True)
     return 0
 
 
