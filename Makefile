@@ -10,7 +10,7 @@ WORKERS ?= 2  # pytest-xdist processes: the suite takes ~100 s on 2 cores, ~165 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,timm]'
+	$(BIN)/python -m pip install --quiet -e '.[test,timm,diffusion]'
 	touch $(STAMP)
 
 install: $(STAMP)

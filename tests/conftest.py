@@ -121,3 +121,42 @@ def write_folder(root, classes=CLASSES, per_class=3, splits=("train", "val")):
                                                      else "RGB")
                 write_image(folder / f"img{i}{ext}", 1000 * s + 10 * c + i, SIZES[i % 3], mode)
     return root
+
+
+# Denoisers behind the digits classifier (tests/runs/test_denoised_runs.py,
+# tests/cli/test_denoiser_cli.py): small random ones, so that they change the votes.
+def write_dncnn_checkpoint(path, channels=1, size=8, seed=0):
+    """A DnCNN of depth 3 and width 8 (role denoiser) whose last convolution is random: a fresh
+    DnCNN is the identity, which would hide whether the runner applies it."""
+    from smoothcert.models.checkpoint import checkpoint_meta
+
+    torch.manual_seed(seed)
+    params = {"depth": 3, "width": 8}
+    model = build_model("dncnn", 10, (channels, size, size), [0.5] * channels,
+                        [0.5] * channels, params)
+    with torch.no_grad():
+        model.dncnn[-1].weight.normal_(0, 0.2)
+    meta = checkpoint_meta(
+        arch="dncnn", dataset="digits", num_classes=10, input_shape=(channels, size, size),
+        mean=[0.5] * channels, std=[0.5] * channels, noise={"name": "gaussian", "sigma": 0.25},
+        method={"name": "denoiser-mse", "hparams": {}}, epoch=0, config={},
+        arch_kwargs=params, role="denoiser")
+    return save_checkpoint(path, model, meta)
+
+
+def write_diffusers_folder(folder, channels=1, size=8, seed=0, unet=True, scheduler=True):
+    """A tiny random diffusers UNet2DModel and a DDPM scheduler (Ho et al.'s linear betas) in
+    google/ddpm-cifar10-32's flat layout: config.json, weights, scheduler_config.json."""
+    import diffusers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    if unet:
+        diffusers.UNet2DModel(
+            sample_size=size, in_channels=channels, out_channels=channels, layers_per_block=1,
+            block_out_channels=(8, 16), down_block_types=("DownBlock2D", "DownBlock2D"),
+            up_block_types=("UpBlock2D", "UpBlock2D"), norm_num_groups=4).save_pretrained(folder)
+    if scheduler:
+        diffusers.DDPMScheduler(num_train_timesteps=1000, beta_start=1e-4, beta_end=0.02,
+                                beta_schedule="linear").save_pretrained(folder)
+    return folder

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "smoothcert"
 LAYERS = [
     {"errors", "registry", "rng", "io", "tensors", "radii", "version", "upgrade"},
     {"stats", "noise", "data"},
-    {"smoothing", "models"},
+    {"smoothing", "models", "denoisers"},
     {"certifiers", "methods"},
     {"runs"},
     {"training"},

@@ -163,6 +163,8 @@ DEFAULT_HPARAMS = {  # what checkpoints and configs stored before the idiom: key
     "easy_focus": {"num_noise": 4, "discard": True, "reweigh": True, "attack": True,
                    "discard_epoch": 60, "discard_threshold": 0.5, "attack_steps": 3,
                    "attack_step_size": 0.25},
+    # Step 12's methods have no hyperparameters: their objectives are fixed by the papers.
+    "standard": {}, "denoiser-mse": {}, "denoiser-stability": {}, "diffusion": {},
 }
 
 

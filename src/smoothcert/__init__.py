@@ -1,5 +1,6 @@
 """smoothcert: randomized smoothing — train, certify and evaluate certifiably robust classifiers."""
 
+from .denoisers import Denoised
 from .errors import SmoothcertError
 from .noise.gaussian import Gaussian
 from .noise.uniform import Uniform
@@ -10,6 +11,7 @@ from .version import __version__
 
 __all__ = [
     "Certificate",
+    "Denoised",
     "Gaussian",
     "Prediction",
     "Smoothed",

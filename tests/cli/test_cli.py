@@ -334,7 +334,7 @@ def test_train_help_has_a_flag_for_every_config_field_with_its_default(capsys, m
         action, flag = actions[f.name], _flag(f)
         assert flag in action.option_strings and flag in text
         assert action.default is argparse.SUPPRESS  # unset: the recipe's value stands
-        if f.name in ("dataset", "arch", "sigma", "epochs"):
+        if f.name in ("dataset", "arch", "epochs"):  # sigma: not for methods without noise
             assert action.help.endswith("; required (flag or --config)"), action.help
         elif f.default_factory is dict:
             assert action.metavar == "KEY=VALUE" and re.search(r"\bdefaults?\b", action.help)

@@ -43,17 +43,24 @@ def context(model, train_data, num_epochs: int = 10) -> EpochContext:
     )
 
 
-# Every method must pass all three checks. A method that could not (e.g. one that freezes part of
-# the network by design) would need an entry here saying why; there is none.
-@pytest.mark.parametrize("name", sorted(METHODS))
+CLASSIFIER_METHODS = sorted(n for n, cls in METHODS.items() if cls.trains == "classifier")
+
+
+# Every method that trains a classifier must pass all three checks. A method that could not (e.g.
+# one that freezes part of the network by design) would need an entry here saying why; there is
+# none. The denoiser and diffusion methods train other models: their contract is
+# tests/methods/test_denoiser_methods.py and test_diffusion_method.py.
+@pytest.mark.parametrize("name", CLASSIFIER_METHODS)
 def test_every_method_gives_a_finite_loss_with_gradients_everywhere_and_learns(name, digits_train):
     model, (x, y) = tiny_model(), batch()
     method = build_method(name)
     method.on_epoch_start(0, context(model, digits_train))  # heat's teacher, warm-ups, ...
     model.train()
 
+    noise = Gaussian(0.25) if method.uses_noise else None
+
     def loss() -> dict:  # the same batch and the same draws every time
-        return method.loss(model, x, y, Gaussian(0.25), torch.Generator().manual_seed(0))
+        return method.loss(model, x, y, noise, torch.Generator().manual_seed(0))
 
     out = loss()
     assert out["loss"].dim() == 0 and torch.isfinite(out["loss"])
@@ -113,6 +120,28 @@ def test_gaussian_loss_depends_on_sigma():
         for s in (0.01, 2.0)
     ]
     assert not torch.allclose(loss[0], loss[1])
+
+
+def test_standard_is_the_cross_entropy_on_clean_inputs_and_draws_nothing():
+    model, (x, y) = tiny_model(), batch()
+    method = build_method("standard")
+    assert not method.uses_noise and method.trains == "classifier" and method.hparams() == {}
+    gen = torch.Generator().manual_seed(7)
+    state = gen.get_state()
+    out = method.loss(model, x, y, None, gen)
+    torch.testing.assert_close(out["loss"], F.cross_entropy(model(x), y), rtol=0, atol=0)
+    torch.testing.assert_close(out["logits"], model(x), rtol=0, atol=0)
+    assert torch.equal(gen.get_state(), state)
+
+
+def test_method_defaults_are_cohen_s_unless_the_authors_differ():
+    base = {"optimizer": "sgd", "lr": 0.1, "weight_decay": 1e-4, "lr_schedule": "step"}
+    for name in CLASSIFIER_METHODS:
+        assert METHODS[name].training_defaults() == base, name
+    for name in ("denoiser-mse", "denoiser-stability"):  # Salman et al.'s train_denoiser.py
+        assert METHODS[name].training_defaults() == {**base, "optimizer": "adam", "lr": 1e-3}
+    assert METHODS["diffusion"].training_defaults() == {  # Ho et al. 2020
+        "optimizer": "adam", "lr": 2e-4, "weight_decay": 0.0, "lr_schedule": "constant"}
 
 
 def test_unknown_method_names_the_known_ones():

@@ -154,3 +154,35 @@ def test_save_rejects_incomplete_or_non_plain_meta(tmp_path):
         with pytest.raises(SmoothcertError, match=r"config.*lr"):
             save_checkpoint(tmp_path / "c.pt", model, meta(config={"lr": value}))
     assert not any(tmp_path.iterdir())
+
+
+def test_role_is_stored_only_for_models_that_are_not_classifiers(tmp_path):
+    """Old checkpoints (no "role") stay classifiers; a denoiser's meta says so and loads bare."""
+    assert "role" not in meta() and "role" not in meta(role="classifier")
+    from smoothcert.models import checkpoint_role
+
+    assert checkpoint_role(meta()) == "classifier"
+    torch.manual_seed(0)
+    denoiser = build_model("dncnn", 10, (1, 8, 8), [0.3], [0.4], {"depth": 3, "width": 4})
+    dmeta = meta(arch="dncnn", role="denoiser", arch_kwargs={"depth": 3, "width": 4})
+    assert dmeta["role"] == "denoiser" and checkpoint_role(dmeta) == "denoiser"
+    save_checkpoint(tmp_path / "d.pt", denoiser, dmeta)
+    loaded, stored = model_from_checkpoint(tmp_path / "d.pt")
+    assert stored["role"] == "denoiser" and loaded.role == "denoiser"
+    assert not isinstance(loaded, torch.nn.Sequential) and not loaded.training
+    x = torch.rand(2, 1, 8, 8)
+    torch.testing.assert_close(loaded(x), denoiser.eval()(x))
+    with pytest.raises(SmoothcertError, match="unknown model role 'generator'"):
+        meta(role="generator")
+
+
+def test_role_that_contradicts_the_arch_is_refused(tmp_path):
+    save_checkpoint(tmp_path / "c.pt", small_model(), dict(meta(), role="denoiser"))
+    with pytest.raises(SmoothcertError, match="says role 'denoiser' but arch 'digits_cnn' is a "
+                                              "classifier"):
+        model_from_checkpoint(tmp_path / "c.pt")
+    denoiser = build_model("dncnn", 10, (1, 8, 8), [0.3], [0.4])
+    save_checkpoint(tmp_path / "d.pt", denoiser, meta(arch="dncnn"))  # role left out
+    with pytest.raises(SmoothcertError, match="says role 'classifier' but arch 'dncnn' is a "
+                                              "denoiser"):
+        model_from_checkpoint(tmp_path / "d.pt")

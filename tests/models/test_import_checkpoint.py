@@ -98,7 +98,8 @@ def one_line_error(capsys, match):
 
 
 def test_every_format_names_a_registered_method():
-    assert set(FORMATS) == {"cohen", "salman", "jeong", "acr-weakness", "macer"}
+    assert set(FORMATS) == {"cohen", "salman", "jeong", "acr-weakness", "macer",
+                            "denoised-smoothing"}
     assert all(fmt.method in METHODS for fmt in FORMATS.values())
 
 

@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from smoothcert import SmoothcertError
-from smoothcert.models import MODELS, NormalizeLayer, build_model
+from smoothcert.models import (
+    MODELS,
+    NormalizeLayer,
+    build_model,
+    check_arch_kwargs,
+    model_role,
+    register_model,
+)
 
 # The input shape each registered architecture is meant for; a new entry must be added here.
 SHAPES = {
@@ -20,7 +27,11 @@ SHAPES = {
     # ImageNet's ResNet-50 is meant for 224×224; its adaptive pooling takes 64×64, which keeps
     # these CPU tests fast (tests/test_import_checkpoint.py runs it at 224 once)
     "resnet50": (3, 64, 64),
+    # a denoiser and a diffusion model (tests/denoisers/ test them as such)
+    "dncnn": (3, 16, 16),
+    "ddpm_unet": (1, 8, 8),
 }
+CLASSIFIERS = sorted(a for a in MODELS if model_role(a) == "classifier")
 
 
 def make(arch: str, num_classes: int = 7):
@@ -32,7 +43,17 @@ def test_every_registered_model_has_a_test_shape():
     assert set(MODELS) == set(SHAPES)
 
 
-@pytest.mark.parametrize("arch", sorted(MODELS))
+def test_roles_of_the_registered_models():
+    assert {a: model_role(a) for a in MODELS if model_role(a) != "classifier"} == {
+        "dncnn": "denoiser", "ddpm_unet": "diffusion"}
+    assert model_role("torchvision:resnet18") == model_role("timm:resnet10t") == "classifier"
+    with pytest.raises(SmoothcertError, match="unknown arch 'resnet9000'; known: .*dncnn"):
+        model_role("resnet9000")
+    with pytest.raises(ValueError, match="role"):
+        register_model("nope", role="generator")
+
+
+@pytest.mark.parametrize("arch", CLASSIFIERS)
 def test_model_gives_logits(arch):
     torch.manual_seed(0)
     model = make(arch).eval()
@@ -44,14 +65,14 @@ def test_model_gives_logits(arch):
     assert model.input_shape == SHAPES[arch] and model.num_classes == 7
 
 
-@pytest.mark.parametrize("arch", sorted(MODELS))
+@pytest.mark.parametrize("arch", CLASSIFIERS)
 def test_state_dict_keys_are_normalize_then_net(arch):
     keys = list(make(arch).state_dict())
     assert keys[:2] == ["0.mean", "0.std"]
     assert all(k.startswith("1.") for k in keys[2:]) and len(keys) > 2
 
 
-@pytest.mark.parametrize("arch", sorted(MODELS))
+@pytest.mark.parametrize("arch", CLASSIFIERS)
 def test_model_trains_one_step(arch):
     torch.manual_seed(0)
     model = make(arch).train()
@@ -163,8 +184,41 @@ def test_torchvision_models_by_name_with_keyword_arguments():
     with pytest.raises(SmoothcertError, match="cannot build torchvision:resnet18"):
         build_model("torchvision:resnet18", 5, (3, 32, 32), [0.5] * 3, [0.2] * 3,
                     {"no_such_argument": 1})
-    with pytest.raises(SmoothcertError, match="takes no keyword arguments"):
+    with pytest.raises(SmoothcertError, match="unknown arch parameter.*'lenet'; valid: \\(none\\)"):
         build_model("lenet", 5, (1, 28, 28), [0.5], [0.2], {"depth": 3})
+
+
+def test_registered_arch_parameters_are_checked_converted_and_completed():
+    """--arch-param text (the CLI reads values as YAML, a recipe may hold text) reaches a
+    registered factory typed, completed with its defaults; a bad key names the valid ones."""
+    assert check_arch_kwargs("dncnn", {}) == {"depth": 17, "width": 64}
+    assert check_arch_kwargs("dncnn", {"depth": "5"}) == {"depth": 5, "width": 64}
+    assert check_arch_kwargs("lenet", None) == {}
+    assert check_arch_kwargs("torchvision:resnet18", {"dropout": 0.1}) == {"dropout": 0.1}
+    with pytest.raises(SmoothcertError, match="unknown arch parameter.*'dncnn'; valid: depth, "
+                                              "width"):
+        check_arch_kwargs("dncnn", {"detph": 5})
+    with pytest.raises(SmoothcertError, match="depth must be an integer >= 2"):
+        check_arch_kwargs("dncnn", {"depth": 1})
+    with pytest.raises(SmoothcertError, match="width must be"):
+        check_arch_kwargs("dncnn", {"width": 2.5})
+    with pytest.raises(SmoothcertError, match="mapping"):
+        check_arch_kwargs("dncnn", [("depth", 3)])
+    model = build_model("dncnn", 10, (3, 16, 16), [0.5] * 3, [0.2] * 3, {"depth": 4, "width": 8})
+    assert len(model.dncnn) == 2 + 3 * 2 + 1 and model.dncnn[0].out_channels == 8
+
+
+@pytest.mark.parametrize("arch", sorted(set(MODELS) - set(CLASSIFIERS)))
+def test_denoisers_and_diffusion_models_are_bare(arch):
+    """No NormalizeLayer: a denoiser maps pixels to pixels, a diffusion model has its own scale;
+    mean, std and num_classes do not matter."""
+    if arch == "ddpm_unet":
+        pytest.importorskip("diffusers")
+    shape = SHAPES[arch]
+    model = build_model(arch, 0, shape, [], [], {"width": 8})
+    assert model.role == model_role(arch) and model.input_shape == shape
+    assert not any(isinstance(m, NormalizeLayer) for m in model.modules())
+    assert not hasattr(model, "num_classes")
 
 
 def test_timm_models_by_name():

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from smoothcert.errors import SmoothcertError
+from smoothcert.methods import METHODS
 from smoothcert.training import TrainConfig
 from smoothcert.training.recipes import load_recipe
 from smoothcert.upgrade import CONFIG_VERSION
@@ -16,8 +17,6 @@ RECIPES = sorted(p for p in CONFIGS.rglob("*.yaml") if not p.name.startswith("_"
 
 
 def test_there_are_recipes_for_every_registered_method_on_fashion_mnist():
-    from smoothcert.methods import METHODS
-
     methods = {load_recipe(p)["method"] for p in CONFIGS.glob("fashion-mnist/*.yaml")
                if not p.name.startswith("_")}
     assert methods >= set(METHODS)
@@ -26,13 +25,42 @@ def test_there_are_recipes_for_every_registered_method_on_fashion_mnist():
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_recipe_is_a_valid_train_config(path):
     fields = load_recipe(path)
+    if METHODS[fields["method"]].frozen_classifier == "required":  # given on the command line
+        assert "classifier" not in fields
+        fields["classifier"] = "runs/standard/checkpoint.pt"
     config = TrainConfig.from_dict(fields)
     assert config.epochs >= 1
     if path.stem == "clean":  # the study's clean-trained model: σ far below one grey level
         assert config.sigma < 1 / 255 / 100
         return
-    assert config.sigma in (0.25, 0.5, 1.0)
-    assert f"s{str(config.sigma).replace('.', '').ljust(3, '0')}" in path.stem
+    if config.sigma is None:  # a method without noise: one recipe, named after the method
+        assert path.stem == config.method
+        return
+    assert config.sigma in (0.12, 0.25, 0.5, 1.0)  # 0.12: Salman et al.'s denoisers
+    assert path.stem.startswith(config.method)
+    assert path.stem.endswith(f"_s{str(config.sigma).replace('.', '').ljust(3, '0')}")
+
+
+def test_the_denoiser_recipes_are_salman_et_al_s_settings():
+    """configs/cifar10: the authors' train_denoiser.py defaults (Adam 1e-3, weight decay 1e-4,
+    StepLR 30 × 0.1, batch 256, 90 epochs, cifar_dncnn), their train_classifier.py defaults for
+    the classifier (SGD 0.1, weight decay 5e-4, StepLR 30 × 0.1, 90 epochs, ResNet-110), and
+    their MSE-then-stability fine-tuning (20 epochs of Adam at 1e-5)."""
+    def config(name, **more):
+        return TrainConfig.from_dict({**load_recipe(CONFIGS / "cifar10" / name), **more})
+
+    mse = config("denoiser-mse_s025.yaml")
+    assert (mse.arch, mse.arch_kwargs, mse.sigma) == ("dncnn", {"depth": 17, "width": 64}, 0.25)
+    assert (mse.optimizer, mse.lr, mse.weight_decay, mse.batch_size, mse.epochs) == \
+        ("adam", 1e-3, 1e-4, 256, 90)
+    assert (mse.lr_schedule, mse.lr_step_size, mse.lr_gamma) == ("step", 30, 0.1)
+    stab = config("denoiser-stability_s025.yaml", classifier="c.pt")
+    assert (stab.method, stab.optimizer, stab.lr, stab.epochs) == \
+        ("denoiser-stability", "adam", 1e-5, 20)
+    clf = config("standard.yaml")
+    assert (clf.arch, clf.sigma, clf.optimizer, clf.lr, clf.weight_decay, clf.epochs) == \
+        ("cifar_resnet110", None, "sgd", 0.1, 5e-4, 90)
+    assert (clf.lr_schedule, clf.lr_step_size, clf.batch_size) == ("step", 30, 256)
 
 
 def test_every_recipe_states_the_config_format_it_is_written_in():

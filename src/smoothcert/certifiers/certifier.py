@@ -62,7 +62,9 @@ class Certifier(Configurable, abc.ABC):
     :data:`.columns.CERTIFY_RULES`), ``needs_n0`` (it takes CERTIFY's selection draws ``n0``),
     ``noises`` (the noise names whose certificate it computes; None: every registered noise),
     ``certifies`` (its rows hold a certificate; False for an empirical evaluation such as the
-    attack, which ``certify --certifier`` does not offer).
+    attack, which ``certify --certifier`` does not offer), ``varies_sigma`` (it smooths each
+    input at a σ of its own, so a denoiser tuned to the run's one σ, as a diffusion denoiser's
+    timestep, does not fit it).
     """
 
     plugin_kind = "certifier"
@@ -72,6 +74,7 @@ class Certifier(Configurable, abc.ABC):
     needs_n0: bool = False
     noises: tuple | None = None
     certifies: ClassVar[bool] = True
+    varies_sigma: ClassVar[bool] = False
 
     def options(self) -> dict[str, Any]:
         """The options as plain values (the run identity's ``options``)."""

@@ -30,6 +30,10 @@ are started in index order and packed into shared forward batches). One memory m
 input, so the memory certifiers refuse sharding; run them with one
 shard, or pass ``--opt memory=false`` to shard the plain per-input certificates (which are not
 sound for the data-dependent classifier as a whole, see :class:`Memory`).
+
+Behind a denoiser: a trained denoiser is a fixed function, so the certificate is the
+composition's; a diffusion denoiser, whose one-shot timestep is fixed by the run's σ, does not
+fit a σ_x per input and is refused (``varies_sigma``).
 """
 
 from __future__ import annotations
@@ -237,6 +241,7 @@ class DataDependent(Certifier):
     relations = (abstention_has_radius_zero("radius_mc", "predict_mc"),)
     needs_n0 = True
     noises = NoisesWith("soft_radius")  # OptimizeSigma ascends the noise's soft radius
+    varies_sigma = True  # σ_x per input (a diffusion denoiser's t* is fixed by one σ)
 
     @dataclass(frozen=True)
     class Options:

@@ -6,7 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 from .common import command
-from .dataset_run import dataset_run_args, monte_carlo_args, noise_args, run_certifier
+from .dataset_run import (
+    dataset_run_args,
+    model_args,
+    monte_carlo_args,
+    noise_args,
+    run_certifier,
+)
 
 
 def _attack_args(p):
@@ -14,7 +20,7 @@ def _attack_args(p):
     from ..smoothing.attacks import ATTACKS
 
     d = AttackSettings()
-    p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
+    model_args(p)
     p.add_argument("--attack", default=d.attack, choices=sorted(ATTACKS),
                    help="PGD-L2 or DDN on the soft smoothed classifier (default: pgd)")
     budget = p.add_mutually_exclusive_group(required=True)

@@ -6,11 +6,17 @@ from __future__ import annotations
 from functools import partial
 
 from .common import DRAWS, command, parse_params
-from .dataset_run import dataset_run_args, monte_carlo_args, noise_args, run_certifier
+from .dataset_run import (
+    dataset_run_args,
+    model_args,
+    monte_carlo_args,
+    noise_args,
+    run_certifier,
+)
 
 
 def _run_args(p, *, with_n0: bool):
-    p.add_argument("checkpoint", help="a smoothcert checkpoint (checkpoint.pt)")
+    model_args(p)
     if with_n0:
         from ..certifiers import certifying
         from ..upgrade import OLD_CERTIFIER_NAMES

@@ -1,5 +1,6 @@
-"""What certify, predict and attack share: they run a checkpoint's smoothed classifier over a
-dataset split into a record file, through one call of :func:`smoothcert.runs.certify_dataset`."""
+"""What certify, predict and attack share: they run a checkpoint's smoothed classifier (behind a
+denoiser with ``--denoiser``) over a dataset split into a record file, through one call of
+:func:`smoothcert.runs.certify_dataset`."""
 
 from __future__ import annotations
 
@@ -18,15 +19,28 @@ from .common import (
     workers_arg,
 )
 
-
 # --------------------------------------------------------------------------- flags
+DENOISER_HELP = ("a trained denoiser checkpoint (train --method denoiser-mse|denoiser-stability, "
+                 "import-checkpoint --format denoised-smoothing) or diffusers:FOLDER (a local "
+                 "diffusers DDPM pipeline or UNet+scheduler folder), put in front of the "
+                 "classifier: the smoothed function is classifier(denoiser(x + noise))")
+
+
+def model_args(p) -> None:
+    """The classifier checkpoint and the denoiser in front of it."""
+    p.add_argument("checkpoint", help="a smoothcert classifier checkpoint (checkpoint.pt)")
+    p.add_argument("--denoiser", metavar="SPEC", help=DENOISER_HELP)
+
+
 def noise_args(p) -> None:
     from ..noise.base import NOISES
 
     p.add_argument("--noise", choices=sorted(NOISES),
                    help="smoothing noise; σ is its per-coordinate standard deviation (default: "
                         "the checkpoint's)")
-    p.add_argument("--sigma", type=float, help="noise level (default: the checkpoint's)")
+    p.add_argument("--sigma", type=float,
+                   help="noise level (default: the checkpoint's; required for a classifier "
+                        "trained without noise, e.g. train --method standard)")
 
 
 def monte_carlo_args(p, n_help: str = "draws, at most 2**53 (default 100000)") -> None:
@@ -91,10 +105,12 @@ def run_certifier(certifier: str, args, options: dict) -> None:
     certifier is ``--certifier`` where the command has one, else ``certifier``."""
     from ..models.checkpoint import load_checkpoint
     from ..runs import certify_dataset
+    from ..runs.inputs import check_classifier
     from ..runs.records import shard_path
     from ..training.distributed import rank_device
 
     meta = load_checkpoint(args.checkpoint).meta
+    check_classifier(args.checkpoint, meta)  # before its dataset is loaded
     device = rank_device(resolve_device(args.device))  # one GPU per torchrun rank
     dataset, shard = _run_dataset(args, meta), _shard(args)
     certify_dataset(
@@ -118,6 +134,7 @@ def run_certifier(certifier: str, args, options: dict) -> None:
         engine={"precision": args.precision, "channels_last": args.channels_last,
                 "compile": args.compile},
         progress=progress_bars(args) and is_main_rank(),
+        denoiser=args.denoiser,
     )
     print(f"records: {shard_path(args.out, *shard)}")
 

@@ -1,5 +1,5 @@
-"""``smoothcert import-checkpoint``: a reference implementation's released checkpoint, converted
-into a smoothcert checkpoint."""
+"""``smoothcert import-checkpoint``: a reference implementation's released checkpoint (a classifier,
+or a denoiser of microsoft/denoised-smoothing), converted into a smoothcert checkpoint."""
 
 from __future__ import annotations
 
@@ -14,14 +14,17 @@ def _import_args(p):
                    help="whose layout: " + ", ".join(
                        f"{name} ({fmt.source.split()[0]})"
                        for name, fmt in sorted(FORMATS.items())))
-    p.add_argument("--arch", required=True,
-                   help="our architecture, e.g. cifar_resnet110, or resnet50 for ImageNet")
+    p.add_argument("--arch", default=None,
+                   help="our architecture, e.g. cifar_resnet110, or resnet50 for ImageNet "
+                        "(required for classifiers; denoised-smoothing: dncnn, its depth and "
+                        "width read from the file)")
     p.add_argument("--dataset", required=True, help="the dataset the model was trained on")
     p.add_argument("--sigma", type=float, required=True,
                    help="training noise level σ in pixel units (the files do not store it)")
     p.add_argument("--normalization", default="reference", choices=NORMALIZATIONS,
                    help="the input normalization the file was trained with (default: the "
-                        "reference code's for the dataset; salman: center, i.e. x − mean)")
+                        "reference code's for the dataset; salman: center, i.e. x − mean; "
+                        "denoisers: none, they take raw pixels)")
     p.add_argument("--out", required=True, help="smoothcert checkpoint to write")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
 

@@ -117,7 +117,7 @@ def _choices_epilog(config_cls) -> str:
 
 
 # --------------------------------------------------------------------------- the command
-@command("train", "train a base classifier with a smoothing-aware method", _train_args,
+@command("train", "train a base classifier, a denoiser or a diffusion model", _train_args,
          # train refuses an existing run folder unless told to continue it
          resume_hint="rerun the same command with --resume to continue")
 def cmd_train(args):

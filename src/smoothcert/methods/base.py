@@ -1,26 +1,42 @@
 """Training methods: one loss per paper, registered by name.
 
-A method turns a batch into a dict of losses; the one trainer loop (``train.py``) minimises
-``"loss"``, measures accuracy from ``"logits"`` and logs every other scalar entry without knowing
-which method produced it. A method's hyperparameters are one frozen dataclass, its nested
-``Options`` (fields declared with :func:`smoothcert.registry.option`); :func:`build_method`,
-like any constructor call, checks them through :func:`smoothcert.registry.parse_options`.
+A method turns a batch into a dict of losses; the one trainer loop
+(:mod:`smoothcert.training.trainer`) minimises ``"loss"``, measures accuracy from ``"logits"``
+(where the method returns them) and logs every other scalar entry without knowing which method
+produced it. A method's hyperparameters are one frozen dataclass, its nested ``Options`` (fields
+declared with :func:`smoothcert.registry.option`); :func:`build_method`, like any constructor
+call, checks them through :func:`smoothcert.registry.parse_options`.
+
+Besides its loss a method declares what it trains (``trains``: the model role the run's
+``--arch`` must have), whether it trains with noise (``uses_noise``), whether it needs a frozen
+classifier (``frozen_classifier``), and the optimizer settings its authors use
+(:meth:`TrainingMethod.training_defaults`); it may hook the start of the run (:meth:`prepare`),
+choose the log's test columns (:meth:`evaluate`) and write an extra export after each checkpoint
+(:meth:`export`).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from ..registry import Configurable, Registry, option_defaults
-from ..tensors import copies
+from ..tensors import copies, eval_mode
 
 METHODS: Registry = Registry("method")
+
+TRAINING_DEFAULTS: Mapping[str, Any] = {"optimizer": "sgd", "lr": 0.1, "weight_decay": 1e-4,
+                                        "lr_schedule": "step"}
+"""The optimizer settings of a run that leaves them unset, unless its method's authors use others
+(:attr:`TrainingMethod.defaults`): Cohen et al. 2019 (SGD at lr 0.1, weight decay 1e-4, lr × 0.1
+every 30 epochs), which every noise-training method here follows."""
 
 
 def register_method(name: str) -> Callable[[type[TrainingMethod]], type[TrainingMethod]]:
@@ -84,10 +100,39 @@ class TrainingMethod(Configurable, abc.ABC):
     """The noise names (``smoothcert.noise.NOISES``) the loss is written for; None: any noise.
     The training configuration refuses the others."""
 
+    trains: ClassVar[str] = "classifier"
+    """The role of the model the method trains (:func:`smoothcert.models.archs.model_role`):
+    "classifier" (pixels -> logits), "denoiser" (pixels -> pixels) or "diffusion" (a
+    ``DiffusionModel``); the training configuration refuses an ``--arch`` of another role."""
+
+    uses_noise: ClassVar[bool] = True
+    """False if the loss draws no smoothing noise: the run then takes no σ (``sigma`` None),
+    :meth:`loss` gets ``noise=None`` and the checkpoint's ``noise`` is None."""
+
+    frozen_classifier: ClassVar[str] = "none"
+    """Whether the run's ``classifier`` (a frozen classifier checkpoint) is "required",
+    "optional" or refused ("none")."""
+
+    defaults: ClassVar[Mapping[str, Any]] = {}
+    """The optimizer settings of the method's authors where they differ from
+    :data:`TRAINING_DEFAULTS`; see :meth:`training_defaults`."""
+
+    max_grad_norm: ClassVar[float | None] = None
+    """If set, the trainer clips the gradients' global L2 norm to it before each step."""
+
+    test_columns: ClassVar[tuple[str, ...]] = ("test_acc",)
+    """The keys :meth:`evaluate` returns (the log's test columns)."""
+
     supports_per_sample_sigma: bool = False
     """True if :meth:`loss` trains each example at its own σ when ``noise.sigma`` is a (B,)
     tensor (data-dependent training, Alfarra et al. Alg. 2): the trainer refuses
     ``sigma_mode="data_dependent"`` for a method that leaves this False."""
+
+    @classmethod
+    def training_defaults(cls) -> dict[str, Any]:
+        """What a training config left unset (None) becomes for this method: ``optimizer``,
+        ``lr``, ``weight_decay`` and ``lr_schedule``."""
+        return {**TRAINING_DEFAULTS, **cls.defaults}
 
     @classmethod
     def hparam_names(cls) -> list[str]:
@@ -110,9 +155,12 @@ class TrainingMethod(Configurable, abc.ABC):
         """Losses for a clean batch ``x`` (B, C, H, W) in [0, 1] with labels ``y`` (B,) int64.
 
         ``model`` is in train mode; every random draw comes from ``generator`` (on x's device).
-        Returns at least ``"loss"`` (scalar to minimise) and ``"logits"`` (B, num_classes) from
-        which the trainer counts training accuracy; every other entry must be a scalar tensor
-        and is logged (as its epoch mean) under its key. Return the same keys on every call.
+        Returns at least ``"loss"`` (scalar to minimise) and, for a method that has them,
+        ``"logits"`` (B, num_classes) from which the trainer counts training accuracy (NaN in
+        the log without them); every other entry must be a scalar tensor and is logged (as its
+        epoch mean) under its key. Return the same keys on every call. ``noise`` is None for a
+        method whose :attr:`uses_noise` is False; ``x`` and ``y`` come from the training split
+        whatever the model's role (a denoiser's target is ``x`` itself).
 
         In data-parallel training ``model`` is wrapped in ``DistributedDataParallel`` and the
         batch is this rank's part of the global batch. What keeps every method correct there:
@@ -123,6 +171,36 @@ class TrainingMethod(Configurable, abc.ABC):
         (``torch.autograd.grad``, as the attacks do), but never backpropagated into its
         parameters inside the method.
         """
+
+    def prepare(self, config, device: torch.device) -> None:
+        """Called once by the trainer before the first epoch of a run (fresh or resumed), with
+        the run's ``TrainConfig`` and device: load what the loss needs besides the model (e.g. a
+        frozen classifier). Raise :class:`SmoothcertError` for unusable inputs; nothing is
+        written before this returns."""
+        return None
+
+    def evaluate(self, model: nn.Module, data, noise, generator: torch.Generator,
+                 batch_size: int) -> dict[str, float]:
+        """The log's test columns (:attr:`test_columns`) after an epoch, on the test split
+        ``data``; ``generator`` (on the training device, where the batches go) is re-seeded
+        identically every epoch, so the columns are comparable across epochs.
+
+        By default ``test_acc``: the accuracy of ``model`` (in eval mode) on the test images,
+        each perturbed by one draw of ``noise`` (clean images when ``noise`` is None: a method
+        without noise). This is not a certified accuracy.
+        """
+        correct = torch.zeros((), dtype=torch.long, device=generator.device)
+        with eval_mode(model), torch.inference_mode():
+            for x, y in eval_batches(data, batch_size, generator.device):
+                x = x if noise is None else noise.perturb(x, generator)
+                correct += (model(x).argmax(dim=1) == y).sum()
+        return {"test_acc": correct.item() / len(data)}
+
+    def export(self, model: nn.Module, out_dir: Path) -> None:
+        """Called by the trainer (rank 0) after each checkpoint is written into the run folder
+        ``out_dir``, with the bare model: write another form of it there (e.g. a diffusers
+        folder); nothing by default."""
+        return None
 
     def on_epoch_start(self, epoch: int, context: EpochContext) -> None:
         """Called before epoch ``epoch`` (0-based: the number of epochs already completed).
@@ -164,3 +242,16 @@ def noise_for_copies(noise, m: int):
     if not isinstance(sigma, torch.Tensor) or sigma.numel() == 1 or m == 1:
         return noise
     return type(noise)(copies(sigma, m))
+
+
+def eval_batches(data, batch_size: int,
+                 device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``data``'s examples in order, as (x, y) batches of at most ``batch_size`` on ``device``
+    (an image folder decodes on the host; :meth:`batch` moves its batches to the indices')."""
+    for idx in torch.arange(len(data), device=device).split(batch_size):
+        yield data.batch(idx)
+
+
+def nan_columns(method: TrainingMethod) -> dict[str, float]:
+    """The method's test columns, unmeasured (NaN): a data-parallel rank other than 0."""
+    return dict.fromkeys(method.test_columns, math.nan)

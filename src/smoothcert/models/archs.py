@@ -1,29 +1,76 @@
-"""Architectures, the model registry and the normalization layer.
+"""Architectures, the model registry (with each model's role) and the normalization layer.
 
-Every model is ``nn.Sequential(NormalizeLayer(mean, std), net)``: it takes pixels in [0, 1] of
-shape (B, C, H, W) and returns logits (B, num_classes). Normalization is the first layer so that
+A classifier (role ``"classifier"``, every model before denoisers) is
+``nn.Sequential(NormalizeLayer(mean, std), net)``: it takes pixels in [0, 1] of shape
+(B, C, H, W) and returns logits (B, num_classes). Normalization is the first layer so that
 noise is added, and radii are measured, in pixel space (Cohen et al. 2019, ``datasets.py``). The
 state-dict keys are therefore ``0.mean``, ``0.std`` and ``1.<net keys>``, the ``1.*`` layout of the
 checkpoints released by Cohen et al. and the works built on their code.
+
+A denoiser (role ``"denoiser"``) maps pixels to pixels (B, C, H, W) and a diffusion model (role
+``"diffusion"``) is a UNet and its noise schedule (:mod:`smoothcert.denoisers`): both are built
+bare, without ``NormalizeLayer``, because Salman et al.'s denoisers work on raw pixels (their
+checkpoints' keys are ``dncnn.N.*``) and a diffusion model has its own [−1, 1] scale.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
 
-from ..errors import SmoothcertError
-from ..registry import Registry
+from ..errors import SmoothcertError, check_count
+from ..registry import NoOptions, Registry, option, option_values, parse_options
 
-# A factory builds the bare network for (num_classes, input_shape=(C, H, W)); it raises
-# SmoothcertError for input shapes the architecture cannot take.
-ModelFactory = Callable[[int, "tuple[int, int, int]"], nn.Module]
+# A factory builds the bare network for (num_classes, input_shape=(C, H, W), **arch params); it
+# raises SmoothcertError for input shapes the architecture cannot take.
+ModelFactory = Callable[..., nn.Module]
 MODELS: Registry = Registry("arch")
-register_model = MODELS.register
+ROLES = ("classifier", "denoiser", "diffusion")
+
+
+def register_model(name: str, role: str = "classifier", params: type = NoOptions):
+    """Decorator: register a model factory under ``name`` with its ``role`` (one of
+    :data:`ROLES`) and its arch parameters ``params`` (a frozen dataclass of
+    :func:`~smoothcert.registry.option` fields; ``--arch-param KEY=VALUE``), which the factory
+    takes as keyword arguments. Both are kept on the factory (``.role``, ``.Options``)."""
+    if role not in ROLES:
+        raise ValueError(f"model role {role!r} is not one of {ROLES}")
+
+    def add(factory):
+        factory.role, factory.Options = role, params
+        return MODELS.register(name)(factory)
+
+    return add
+
+
+def _external(arch: str) -> bool:
+    source, _, name = arch.partition(":")
+    return bool(name) and source in EXTERNAL_ZOOS
+
+
+def model_role(arch: str) -> str:
+    """The role of ``arch``: "classifier", "denoiser" or "diffusion" (torchvision:/timm: models
+    are classifiers); an unknown name raises the registry's error listing the known ones."""
+    return "classifier" if _external(arch) else MODELS[arch].role
+
+
+def check_arch_kwargs(arch: str, kwargs: Mapping | None) -> dict:
+    """``kwargs`` checked for ``arch``: a registered architecture's parameters converted to their
+    types and completed with their defaults (one SmoothcertError naming the valid keys for an
+    unknown one); a torchvision:/timm: model's constructor arguments passed through (its
+    constructor checks them when the model is built)."""
+    kwargs = {} if kwargs is None else kwargs
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise SmoothcertError(f"arch_kwargs must be a mapping of names to values, got {kwargs!r}")
+    if _external(arch):
+        return dict(kwargs)
+    options = parse_options("arch", arch, MODELS[arch].Options, kwargs, what="arch parameter")
+    return option_values(options)
 
 
 class NormalizeLayer(nn.Module):
@@ -54,36 +101,41 @@ def build_model(
     mean: Sequence[float],
     std: Sequence[float],
     arch_kwargs: dict | None = None,
-) -> nn.Sequential:
-    """``Sequential(NormalizeLayer(mean, std), net)`` for ``arch``, freshly initialized.
+) -> nn.Module:
+    """The model ``arch``, freshly initialized, built by its role (:func:`model_role`).
 
     ``arch`` is a registered name (:data:`MODELS`), ``torchvision:NAME`` (any torchvision
     classification model) or ``timm:NAME`` (any timm model; needs ``smoothcert[timm]``);
-    ``arch_kwargs`` go to the external model's constructor (our own architectures take none).
-    The result carries ``input_shape`` (C, H, W) and ``num_classes`` as attributes (the smoothed
-    classifier validates inputs against them).
+    ``arch_kwargs`` are a registered architecture's parameters (:func:`check_arch_kwargs`) or the
+    external model's constructor arguments. A classifier is
+    ``Sequential(NormalizeLayer(mean, std), net)`` and carries ``num_classes``; a denoiser or a
+    diffusion model is the bare module (``mean``, ``std`` and ``num_classes`` unused). Every
+    result carries ``input_shape`` (C, H, W) and ``role`` as attributes (the smoothed classifier
+    validates inputs against them).
     """
     shape = _check_shape(input_shape)
-    if len(mean) != shape[0] or len(std) != shape[0]:
-        raise SmoothcertError(
-            f"input has {shape[0]} channels but normalization has {len(mean)} means and "
-            f"{len(std)} stds; give one per channel"
-        )
-    net = _build_net(arch, int(num_classes), shape, dict(arch_kwargs or {}))
-    model = nn.Sequential(NormalizeLayer(mean, std), net)
-    model.input_shape = shape
-    model.num_classes = int(num_classes)
+    role = model_role(arch)
+    kwargs = check_arch_kwargs(arch, arch_kwargs)
+    if role != "classifier":
+        model = MODELS[arch](int(num_classes), shape, **kwargs)
+    else:
+        if len(mean) != shape[0] or len(std) != shape[0]:
+            raise SmoothcertError(
+                f"input has {shape[0]} channels but normalization has {len(mean)} means and "
+                f"{len(std)} stds; give one per channel"
+            )
+        net = _build_net(arch, int(num_classes), shape, kwargs)
+        model = nn.Sequential(NormalizeLayer(mean, std), net)
+        model.num_classes = int(num_classes)
+    model.input_shape, model.role = shape, role
     return model
 
 
 def _build_net(arch: str, num_classes: int, shape: tuple[int, int, int], kwargs: dict) -> nn.Module:
     source, _, name = arch.partition(":")
-    if name and source in EXTERNAL_ZOOS:
+    if _external(arch):
         return EXTERNAL_ZOOS[source](name, num_classes, shape, kwargs)
-    if kwargs:
-        raise SmoothcertError(f"{arch} takes no keyword arguments, got {sorted(kwargs)}; "
-                              "arch keyword arguments are for torchvision: and timm: models")
-    return MODELS[arch](num_classes, shape)
+    return MODELS[arch](num_classes, shape, **kwargs)
 
 
 def _check_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
@@ -365,3 +417,59 @@ def resnet50(num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
     their released files once ``module.`` is dropped."""
     _require_channels("resnet50", input_shape, 3)
     return _torchvision_net("resnet50", num_classes, input_shape, {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Denoisers and diffusion models (smoothcert.denoisers), built bare. Their modules are imported
+# inside the factories: smoothcert.denoisers itself loads checkpoints through this package, and
+# ddpm_unet needs the optional diffusers only when one is built.
+
+
+@dataclasses.dataclass(frozen=True)
+class DnCNNParams:
+    depth: int = option(17, "convolutional layers (Zhang et al. 2017, Salman et al. 2020: 17)")
+    width: int = option(64, "channels of the hidden layers (Salman et al.: 64; 128 for their "
+                            "cifar_dncnn_wide)")
+
+    def __post_init__(self):
+        check_count("depth", self.depth, minimum=2)
+        check_count("width", self.width)
+
+
+@register_model("dncnn", role="denoiser", params=DnCNNParams)
+def dncnn(num_classes: int, input_shape: tuple[int, int, int], *, depth: int = 17,
+          width: int = 64) -> nn.Module:
+    """DnCNN denoiser (Zhang et al. 2017) as Salman et al., NeurIPS 2020, train it for denoised
+    smoothing: pixels to pixels, x − R(x), any C×H×W; ``num_classes`` is unused."""
+    from ..denoisers.dncnn import DnCNN
+
+    return DnCNN(input_shape[0], depth=depth, width=width)
+
+
+@dataclasses.dataclass(frozen=True)
+class DDPMParams:
+    width: int = option(64, "channels of the first level; the others have twice as many")
+    levels: int | None = option(None, "resolution levels, len(block_out_channels) (default: 3 "
+                                      "for inputs up to 32 pixels a side, 4 above)")
+    layers_per_block: int = option(2, "residual blocks per level (Ho et al. 2020: 2)")
+    timesteps: int = option(1000, "diffusion steps T (Ho et al. 2020: 1000)")
+
+    def __post_init__(self):
+        check_count("width", self.width)
+        if self.levels is not None:
+            check_count("levels", self.levels)
+        check_count("layers_per_block", self.layers_per_block)
+        check_count("timesteps", self.timesteps, minimum=2)
+
+
+@register_model("ddpm_unet", role="diffusion", params=DDPMParams)
+def ddpm_unet(num_classes: int, input_shape: tuple[int, int, int], *, width: int = 64,
+              levels: int | None = None, layers_per_block: int = 2,
+              timesteps: int = 1000) -> nn.Module:
+    """A small DDPM (Ho et al. 2020): diffusers' UNet2DModel predicting ε and a linear-β
+    DDPMScheduler, for one-shot denoising as Carlini et al., ICLR 2023 (needs
+    ``smoothcert[diffusion]``); ``num_classes`` is unused."""
+    from ..denoisers.ddpm import build_ddpm
+
+    return build_ddpm(input_shape, width=width, levels=levels,
+                      layers_per_block=layers_per_block, timesteps=timesteps)

@@ -27,7 +27,7 @@ from torch import nn
 from ..errors import SmoothcertError
 from ..io import atomic_write
 from ..upgrade import CHECKPOINT_VERSION, VERSION_KEY, upgrade_checkpoint
-from .archs import build_model
+from .archs import ROLES, build_model, model_role
 
 FORMAT = "smoothcert-checkpoint"
 REQUIRED_META = (
@@ -141,23 +141,46 @@ def _check_format(obj, path: Path) -> None:
         raise SmoothcertError(f"{path} lacks its meta or state_dict; the checkpoint is corrupt")
 
 
-def model_from_checkpoint(path: str | os.PathLike, device="cpu") -> tuple[nn.Sequential, dict]:
-    """The model saved at ``path`` on ``device``, in eval mode, and the checkpoint's meta."""
-    ckpt = load_checkpoint(path, map_location=device)
+def model_from_checkpoint(path: str | os.PathLike, device="cpu") -> tuple[nn.Module, dict]:
+    """The model saved at ``path`` on ``device``, in eval mode, and the checkpoint's meta.
+
+    The model is built by its role (``meta["role"]``, "classifier" when absent): a classifier
+    is ``Sequential(NormalizeLayer, net)``; a denoiser or a diffusion model is the bare module
+    (:func:`smoothcert.models.build_model`)."""
+    return model_from_loaded(load_checkpoint(path, map_location=device), path, device)
+
+
+def model_from_loaded(ckpt: Checkpoint, where, device="cpu") -> tuple[nn.Module, dict]:
+    """:func:`model_from_checkpoint` for a checkpoint already read (from ``where``)."""
     meta = ckpt.meta
     missing = [k for k in ("arch", "num_classes", "input_shape", "mean", "std") if k not in meta]
     if missing:
-        raise SmoothcertError(f"checkpoint {path} meta lacks {', '.join(missing)}; it is corrupt")
+        raise SmoothcertError(f"checkpoint {where} meta lacks {', '.join(missing)}; it is corrupt")
+    _check_role(meta, where)
     model = build_model(meta["arch"], meta["num_classes"], meta["input_shape"], meta["mean"],
                         meta["std"], meta.get("arch_kwargs"))
     try:
         model.load_state_dict(ckpt.state_dict, strict=True)
     except RuntimeError as err:
         raise SmoothcertError(
-            f"checkpoint {path} weights do not fit a {meta['arch']} model ({err}); "
+            f"checkpoint {where} weights do not fit a {meta['arch']} model ({err}); "
             f"the checkpoint is corrupt or its meta is wrong"
         ) from err
     return model.to(device).eval(), meta
+
+
+def checkpoint_role(meta: dict) -> str:
+    """The role of the model a checkpoint holds: ``meta["role"]``, "classifier" when absent
+    (every checkpoint written before denoisers)."""
+    return meta.get("role", "classifier")
+
+
+def _check_role(meta: dict, path) -> None:
+    role = checkpoint_role(meta)
+    if role not in ROLES or role != model_role(meta["arch"]):
+        raise SmoothcertError(
+            f"checkpoint {path} says role {role!r} but arch {meta['arch']!r} is a "
+            f"{model_role(meta['arch'])}; the checkpoint is corrupt or its meta is wrong")
 
 
 def checkpoint_meta(
@@ -168,22 +191,28 @@ def checkpoint_meta(
     input_shape,
     mean,
     std,
-    noise: dict,
+    noise: dict | None,
     method: dict,
     epoch: int,
     config: dict,
     arch_kwargs: dict | None = None,
     classes: list[str] | None = None,
+    role: str = "classifier",
 ) -> dict:
     """A complete ``meta`` dict in plain types, with :func:`versions` filled in.
 
-    ``arch_kwargs`` (a torchvision/timm model's constructor arguments) and ``classes`` (the
-    class names, in label order, of an image-folder dataset) are stored only when given, so
-    the meta of other checkpoints is unchanged.
+    ``arch_kwargs`` (a registered architecture's parameters or a torchvision/timm model's
+    constructor arguments), ``classes`` (the class names, in label order, of an image-folder
+    dataset) and ``role`` (the model's role, :data:`smoothcert.models.archs.ROLES`, when it is
+    not "classifier") are stored only when given, so the meta of other checkpoints is unchanged.
     """
+    if role not in ROLES:
+        raise SmoothcertError(f"unknown model role {role!r}; known: {', '.join(ROLES)}")
     extra = {"arch_kwargs": dict(arch_kwargs)} if arch_kwargs else {}
     if classes is not None:
         extra["classes"] = [str(c) for c in classes]
+    if role != "classifier":
+        extra["role"] = role
     return {**extra,
         "arch": arch,
         "dataset": dataset,
@@ -191,7 +220,7 @@ def checkpoint_meta(
         "input_shape": [int(s) for s in input_shape],
         "mean": [float(m) for m in mean],
         "std": [float(s) for s in std],
-        "noise": dict(noise),
+        "noise": None if noise is None else dict(noise),  # None: trained without noise
         "method": dict(method),
         "epoch": int(epoch),
         "versions": versions(),

@@ -72,6 +72,20 @@ NormalizeLayer, torchvision resnet50)``; ``torchvision:resnet50`` is accepted as
   ``AvgPool2d(8, stride=1)`` equals our ``AvgPool2d(8)`` on the final 8×8 maps. MACER's ImageNet
   checkpoints are not produced by that repository, so no ImageNet normalization is assumed.
 
+- ``denoised-smoothing``, microsoft/denoised-smoothing (Salman et al., NeurIPS 2020, "Denoised
+  Smoothing"): denoisers, not classifiers. ``code/train_denoiser.py`` saves ``{'epoch': epoch + 1,
+  'arch', 'state_dict': denoiser.state_dict(), 'optimizer'}`` where ``code/architectures.py``
+  builds ``cifar_dncnn`` (``DnCNN(image_channels=3, depth=17, n_channels=64)``),
+  ``cifar_dncnn_wide`` (``n_channels=128``) and ``imagenet_dncnn`` (the 64-channel one inside
+  ``DataParallel``: keys ``module.dncnn.N.*``), bare, without a normalization layer: the denoiser
+  takes the noisy pixels in [0, 1] (``train_denoiser.py`` adds the noise to ``ToTensor()``
+  images) and the classifier behind it normalizes. ``code/archs/dncnn.py`` is our ``dncnn``
+  (keys ``dncnn.N.*``), so the import is the role-"denoiser" checkpoint of ``dncnn`` with the
+  file's depth and width, no normalization (mean 0, std 1 recorded). The file does not say
+  which objective trained it (``--objective denoising|stability``; the released folders name it,
+  e.g. ``mse_obj``); the import records ``denoiser-mse``. Their MemNet denoisers (``memnet``,
+  ``imagenet_memnet``) have no counterpart here and are refused.
+
 In every format, a ``module.`` component (``DataParallel``) is dropped wherever it occurs in a
 key (``module.1.…``, ``1.module.…``, ``module.…``). Files written before PyTorch 0.4.1 lack the
 BatchNorm ``num_batches_tracked`` counters; they are filled with 0 (they do not affect eval-mode
@@ -117,6 +131,7 @@ class ReferenceFormat:
     sequential: bool  # keys are Sequential(normalization, net)'s: "1.<net key>"
     normalization: Mapping[str, str]  # dataset -> "standardize" | "center" | "none"
     source: str  # repository and files the layout was read from
+    role: str = "classifier"  # the role of the model it holds (smoothcert.models.ROLES)
 
 
 FORMATS: Registry = Registry("checkpoint format")
@@ -143,6 +158,11 @@ _register(ReferenceFormat(
     {"cifar10": "standardize", "imagenet": "standardize", "mnist": "none", "fashion-mnist": "none"},
     "eth-sri/acr-weakness code/train.py, code/train_utils.py, code/architectures.py, "
     "code/datasets.py"))
+_register(ReferenceFormat(
+    "denoised-smoothing", "denoiser-mse", "state_dict", False,
+    {"cifar10": "none", "imagenet": "none"},
+    "microsoft/denoised-smoothing code/train_denoiser.py, code/architectures.py, "
+    "code/archs/dncnn.py", role="denoiser"))
 _register(ReferenceFormat(
     "macer", "macer", "net", False, {"mnist": "none", "cifar10": "none", "svhn": "none"},
     "RuntianZ/macer main.py, model.py"))
@@ -201,8 +221,9 @@ def read_reference(path: str | os.PathLike) -> object:
 
 
 def reference_weights(obj, fmt: ReferenceFormat, where) -> dict[str, torch.Tensor]:
-    """The network weights in a loaded reference file, keyed as in our model (``1.<net key>``),
-    with every ``module.`` component dropped."""
+    """The network weights in a loaded reference file, keyed as in our model (``1.<net key>`` for
+    a classifier, the bare module's own keys for a denoiser), with every ``module.`` component
+    dropped."""
     weights = obj.get(fmt.weights_key) if isinstance(obj, dict) else None
     if not isinstance(weights, Mapping) or not all(
         isinstance(v, torch.Tensor) for v in weights.values()
@@ -215,7 +236,7 @@ def reference_weights(obj, fmt: ReferenceFormat, where) -> dict[str, torch.Tenso
     out: dict[str, torch.Tensor] = {}
     for key, value in weights.items():
         name = ".".join(part for part in str(key).split(".") if part != "module")
-        name = name if fmt.sequential else f"1.{name}"
+        name = name if fmt.sequential or fmt.role != "classifier" else f"1.{name}"
         if name in out:
             raise SmoothcertError(f"{where} holds {name!r} twice (with and without 'module.')")
         out[name] = value
@@ -225,24 +246,25 @@ def reference_weights(obj, fmt: ReferenceFormat, where) -> dict[str, torch.Tenso
 def load_reference_weights(
     model: nn.Module, weights: dict[str, torch.Tensor], where, target: str = "the model"
 ) -> None:
-    """Load ``weights`` into ``model``'s network (strict), keeping its normalization buffers; one
-    error, naming ``target``, lists a few missing, unexpected and mis-shaped keys."""
+    """Load ``weights`` into ``model``'s network (strict), keeping a classifier's normalization
+    buffers (a denoiser has none: all its keys come from the file); one error, naming
+    ``target``, lists a few missing, unexpected and mis-shaped keys."""
     expected = model.state_dict()
-    under_net = any(k.startswith("1.") for k in weights)
+    norm = {k: expected[k] for k in ("0.mean", "0.std") if k in expected}
+    under_net = not norm or any(k.startswith("1.") for k in weights)
     weights = dict(weights)
     for key, value in expected.items():  # absent from files written before PyTorch 0.4.1
         if key.endswith(".num_batches_tracked") and key not in weights:
             weights[key] = value
     # The references' normalization layers have no state: "0.*" in a file is foreign.
-    unexpected = [k for k in weights if k not in expected or k.startswith("0.")]
-    missing = [k for k in expected if k not in weights and not k.startswith("0.")]
+    unexpected = [k for k in weights if k not in expected or k in norm]
+    missing = [k for k in expected if k not in weights and k not in norm]
     shapes = [f"{k} {tuple(weights[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
               if k in weights and weights[k].shape != v.shape]
     if missing or unexpected or shapes:
         raise SmoothcertError(f"{where} does not fit {target}: " + _fit_report(
             missing, unexpected, shapes, under_net) + "; check --arch, --dataset and --format")
-    model.load_state_dict({**weights, "0.mean": expected["0.mean"], "0.std": expected["0.std"]},
-                          strict=True)
+    model.load_state_dict({**weights, **norm}, strict=True)
 
 
 def _fit_report(missing: list[str], unexpected: list[str], shapes: list[str],
@@ -263,7 +285,7 @@ def import_checkpoint(
     path: str | os.PathLike,
     fmt: str,
     *,
-    arch: str,
+    arch: str | None,
     dataset: str,
     sigma: float,
     out: str | os.PathLike,
@@ -275,7 +297,9 @@ def import_checkpoint(
 
     The model is ``build_model(arch, …)`` for ``dataset`` with the normalization of
     :func:`resolve_normalization`; ``sigma`` (pixel units) is the training noise level, which the
-    reference files do not store. The meta records the format's method, σ and
+    reference files do not store. A denoiser format (``denoised-smoothing``) gives a
+    role-"denoiser" checkpoint of ``dncnn`` whose depth and width come from the file (``arch``
+    None or "dncnn"; no normalization). The meta records the format's method, σ and
     ``imported_from`` (format, file, sha256, normalization and its source). Everything is checked
     before ``out`` is written, atomically; an existing ``out`` is refused unless ``overwrite``,
     and ``out`` naming the input file itself always.
@@ -284,28 +308,88 @@ def import_checkpoint(
 
     reference, spec = FORMATS[fmt], dataset_spec(dataset)
     sigma = check_positive_finite("sigma", sigma)
-    norm = resolve_normalization(reference, spec, normalization)
+    if reference.role == "denoiser":
+        arch = _denoiser_arch(reference, arch, normalization, spec)
+    elif arch is None:
+        raise SmoothcertError(f"the {reference.name} format holds classifiers: pass --arch, "
+                              f"e.g. cifar_resnet110, or resnet50 for ImageNet")
+    else:
+        norm = resolve_normalization(reference, spec, normalization)
     out = Path(out)
     check_not_input(out, [path])  # even with overwrite: the reference file must survive
     if out.exists() and not overwrite:
         raise SmoothcertError(f"{out} already exists; choose another --out or pass --force")
     obj = read_reference(path)
     weights = reference_weights(obj, reference, path)
-    stated_arch = _check_arch(obj, arch, path)
-    model = build_model(arch, spec.num_classes, spec.input_shape, norm.mean, norm.std)
+    arch_kwargs = None
+    if reference.role == "denoiser":  # no normalization: the denoiser takes raw pixels
+        arch_kwargs, stated_arch = _dncnn_params(obj, weights, path)
+        channels = spec.input_shape[0]
+        norm = Normalization("none", (0.0,) * channels, (1.0,) * channels, "identity")
+    else:
+        stated_arch = _check_arch(obj, arch, path)
+    model = build_model(arch, spec.num_classes or 0, spec.input_shape, norm.mean, norm.std,
+                        arch_kwargs)
     load_reference_weights(model, weights, path, f"{arch} for {spec.name}")
     meta = checkpoint_meta(
-        arch=arch, dataset=spec.name, num_classes=spec.num_classes, input_shape=spec.input_shape,
-        mean=norm.mean, std=norm.std, noise={"name": "gaussian", "sigma": sigma},
+        arch=arch, dataset=spec.name, num_classes=spec.num_classes or 0,
+        input_shape=spec.input_shape, mean=norm.mean, std=norm.std,
+        noise={"name": "gaussian", "sigma": sigma},
         method={"name": reference.method, "hparams": {}}, epoch=_epoch(obj),
         config={"format": reference.name, "arch": arch, "dataset": spec.name, "sigma": sigma,
                 "normalization": normalization},
+        arch_kwargs=arch_kwargs, role=reference.role,
     )
     meta["imported_from"] = {
         "format": reference.name, "file": os.fspath(path), "sha256": file_sha256(path),
         "source": reference.source, "arch_in_file": stated_arch, "normalization": norm.mode,
         "normalization_source": norm.source}
     return save_checkpoint(out, model, meta)
+
+
+# The DnCNN entries of microsoft/denoised-smoothing code/architectures.py: the file's 'arch' ->
+# our dncnn's parameters. Its MemNet denoisers ('memnet', 'imagenet_memnet') are not ours.
+DNCNN_ARCHS: dict[str, dict[str, int]] = {
+    "cifar_dncnn": {"depth": 17, "width": 64},
+    "cifar_dncnn_wide": {"depth": 17, "width": 128},
+    "imagenet_dncnn": {"depth": 17, "width": 64},
+}
+
+
+def _denoiser_arch(reference: ReferenceFormat, arch, normalization: str, spec) -> str:
+    """``dncnn``, after refusing another --arch or a normalization (denoisers take pixels)."""
+    if arch not in (None, "dncnn"):
+        raise SmoothcertError(f"the {reference.name} format holds DnCNN denoisers, not {arch}; "
+                              "pass --arch dncnn or leave --arch out")
+    if normalization not in ("reference", "none"):
+        raise SmoothcertError(f"a {reference.name} denoiser takes raw pixels in [0, 1]: "
+                              f"--normalization {normalization} does not apply; leave it out")
+    if spec.name not in reference.normalization:
+        known = ", ".join(sorted(reference.normalization))
+        raise SmoothcertError(f"the {reference.name} code ({reference.source.split()[0]}) has no "
+                              f"{spec.name} denoisers; its datasets are {known}")
+    return "dncnn"
+
+
+def _dncnn_params(obj, weights: dict[str, torch.Tensor], where) -> tuple[dict, str | None]:
+    """Depth and width of the DnCNN in the file, and the file's 'arch' entry: from that entry
+    (:data:`DNCNN_ARCHS`), or read off the weights when it has none (width: the first
+    convolution's outputs; depth: the number of convolutions). The strict load then checks every
+    weight against them."""
+    stated = obj.get("arch")
+    if isinstance(stated, str):
+        if stated not in DNCNN_ARCHS:
+            raise SmoothcertError(
+                f"{where} says arch {stated!r}; only the DnCNN denoisers "
+                f"({', '.join(DNCNN_ARCHS)}) of microsoft/denoised-smoothing can be imported")
+        return dict(DNCNN_ARCHS[stated]), stated
+    first = weights.get("dncnn.0.weight")
+    if first is None or first.dim() != 4:
+        raise SmoothcertError(f"{where} holds no DnCNN weights (no 'dncnn.0.weight'); check "
+                              "--format")
+    convs = [k for k, v in weights.items() if k.startswith("dncnn.") and k.endswith(".weight")
+             and v.dim() == 4]
+    return {"depth": len(convs), "width": int(first.shape[0])}, None
 
 
 # Other spellings of the network an ``arch`` entry names: our resnet50 is torchvision's.

@@ -1,9 +1,13 @@
-"""What a dataset run certifies: a model (a smoothcert checkpoint or any pixel-space module) and
-examples (any map-style dataset of (x, y)), each with the identity that goes into the records.
+"""What a dataset run certifies: a model (a smoothcert checkpoint or any pixel-space module),
+possibly behind a denoiser, and examples (any map-style dataset of (x, y)), each with the
+identity that goes into the records.
 
 :class:`ModelSource` carries the model, its meta (empty for a plain module), the number of
 classes and a fingerprint (the checkpoint file's sha256, or ``state_dict:<sha256>`` of a module's
-tensors) that makes a resumed run refuse another model. :class:`Examples` adapts a dataset to
+tensors) that makes a resumed run refuse another model. With a denoiser (Salman et al. 2020;
+Carlini et al. 2023) the model smoothed is ``Denoised(denoiser, classifier)``; the classifier and
+the denoiser keep separate fingerprints, so a resumed run refuses another of either.
+:class:`Examples` adapts a dataset to
 what the runner reads: validated ``(x (C, H, W) float, label int)`` per index, a name and split for
 the run identity, and :meth:`Examples.stream`, which decodes ahead through a
 :class:`torch.utils.data.DataLoader` with worker processes when asked.
@@ -11,7 +15,8 @@ the run identity, and :meth:`Examples.stream`, which decodes ahead through a
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
+import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -19,29 +24,58 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..errors import SmoothcertError, check_count
+from ..denoisers import Denoised, DenoiserSource, load_denoiser
+from ..denoisers.loading import state_dict_sha256
+from ..errors import SmoothcertError, check_count, check_positive_finite
 from ..io import file_sha256
-from ..models.checkpoint import model_from_checkpoint
+from ..models.checkpoint import checkpoint_role, model_from_checkpoint
+from ..noise.base import NOISES
 from ..tensors import model_device
 
 
 @dataclass(frozen=True)
 class ModelSource:
-    """A base classifier (pixels in [0, 1] → logits) ready to certify."""
+    """A base classifier (pixels in [0, 1] → logits) ready to certify.
+
+    With a ``denoiser``, ``model`` is ``Denoised(denoiser.module, classifier)``: the function
+    the run smooths (and accelerates: precision, channels-last and compile apply to both);
+    ``meta``, ``num_classes``, ``sha256`` and ``label`` stay the classifier's.
+    """
 
     model: nn.Module
     meta: dict  # the checkpoint's meta; {} for a module given directly
     num_classes: int
-    sha256: str  # the run identity's "checkpoint_sha256"
+    sha256: str  # the run identity's "checkpoint_sha256": the classifier's
     label: str  # what the manifest names as the model
     device: torch.device
+    denoiser: DenoiserSource | None = None  # in front of the classifier, when there is one
+
+    @property
+    def classifier(self) -> nn.Module:
+        """The classifier alone (``model`` without its denoiser)."""
+        return self.model.classifier if self.denoiser is not None else self.model
+
+
+def split_denoised(model, denoiser=None):
+    """(classifier, denoiser spec): a :class:`~smoothcert.denoisers.Denoised` module is taken
+    apart, so that its classifier and its denoiser are fingerprinted separately, as when they
+    come as ``model`` and ``denoiser``; anything else is returned as it is."""
+    if not isinstance(model, Denoised):
+        return model, denoiser
+    if denoiser is not None:
+        raise SmoothcertError("the model is a Denoised module, which holds its denoiser "
+                              "already; pass denoiser=None (or the classifier alone)")
+    return model.classifier, model.denoiser
 
 
 def load_source(model, device=None, num_classes: int | None = None) -> ModelSource:
-    """A smoothcert checkpoint path (loaded on ``device``, default CPU) or an ``nn.Module``
-    (moved to ``device`` only when one is given; else it stays where it is)."""
+    """A smoothcert classifier checkpoint path (loaded on ``device``, default CPU) or an
+    ``nn.Module`` (moved to ``device`` only when one is given; else it stays where it is). A
+    checkpoint of another role (a denoiser) is refused: it goes behind a classifier, as the
+    ``denoiser``."""
     if isinstance(model, (str, os.PathLike)):
         module, meta = model_from_checkpoint(model, device=device or "cpu")
+        check_classifier(model, meta)
         sha, label = file_sha256(model), str(model)
     elif isinstance(model, nn.Module):
         module, meta = (model.to(device) if device is not None else model), {}
@@ -56,14 +90,115 @@ def load_source(model, device=None, num_classes: int | None = None) -> ModelSour
                        label, model_device(module))
 
 
-def state_dict_sha256(model: nn.Module) -> str:
-    """A fingerprint of a module's parameters and buffers: names, dtypes, shapes and bytes."""
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        t = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return f"state_dict:{digest.hexdigest()}"
+def check_classifier(path, meta: dict) -> None:
+    """A checkpoint given as the model must hold a classifier (a denoiser goes behind one)."""
+    role = checkpoint_role(meta)
+    if role != "classifier":
+        what = "a diffusion model" if role == "diffusion" else f"a {role}"
+        raise SmoothcertError(f"{path} is {what}; pass it with --denoiser (Python: denoiser=) "
+                              "and give the classifier as the model")
+
+
+def with_denoiser(source: ModelSource, spec, sigma: float) -> ModelSource:
+    """``source`` behind the denoiser ``spec`` (a denoiser checkpoint path,
+    ``"diffusers:FOLDER"`` or an ``nn.Module``; None: ``source`` itself), loaded for noise level
+    ``sigma`` (a diffusion denoiser's t* depends on it) on the classifier's device. A diffusion
+    denoiser built for another σ, and a denoiser whose output channels the classifier does not
+    take, are refused."""
+    if spec is None:
+        return source
+    denoiser = load_denoiser(spec, sigma, device=source.device)
+    built_for = getattr(denoiser.module, "sigma", None) if denoiser.timestep is not None \
+        else None
+    if built_for is not None and not math.isclose(float(built_for), sigma, rel_tol=1e-9):
+        raise SmoothcertError(
+            f"the diffusion denoiser was built for sigma {built_for} (t* = {denoiser.timestep}) "
+            f"but the run's sigma is {sigma}; build it for the run's sigma "
+            f"(DiffusionDenoiser.from_pretrained(path, sigma={sigma}))")
+    model = Denoised(denoiser.module, source.model)  # refuses channels that do not fit
+    return dataclasses.replace(source, model=model, denoiser=denoiser)
+
+
+def denoiser_fields(source: ModelSource) -> dict:
+    """The run identity's ``denoiser`` and ``timestep`` of ``source``'s denoiser."""
+    if source.denoiser is None:
+        return {}
+    return {"denoiser": source.denoiser.sha256, "timestep": source.denoiser.timestep}
+
+
+def sigma_and_noise(sigma, noise: str | None, source: ModelSource) -> tuple[float, str]:
+    """σ as a float and the noise's name, from the arguments or the checkpoint's metadata."""
+    meta = source.meta
+    stored = meta.get("noise") or {}
+    if isinstance(sigma, tuple(NOISES.values())):
+        name = next(k for k, cls in NOISES.items() if type(sigma) is cls)
+        if noise is not None and noise != name:
+            raise SmoothcertError(f"noise {noise!r} disagrees with the noise object {sigma!r}")
+        return sigma.scalar_sigma(), name
+    if sigma is None:
+        if meta and not stored:  # e.g. train --method standard: the classifier saw no noise
+            raise SmoothcertError(f"the checkpoint {source.label} was trained without noise; "
+                                  "pass --sigma")
+        if "sigma" not in stored:
+            raise SmoothcertError("pass sigma: a module carries no noise level")
+        sigma = float(stored["sigma"])
+    noise = noise if noise is not None else stored.get("name", "gaussian")
+    return check_positive_finite("sigma", sigma), noise
+
+
+def check_denoiser(source: ModelSource, denoiser: str | None, timestep: int | None) -> None:
+    """The denoiser of ``source`` is the one a run's configuration names (its fingerprint
+    ``denoiser`` and timestep ``timestep``; None: no denoiser)."""
+    den = source.denoiser
+    given = (den.sha256, den.timestep) if den is not None else (None, None)
+    if given != (denoiser, timestep):
+        raise SmoothcertError(
+            f"the run's configuration names denoiser {denoiser} (timestep {timestep}), the "
+            f"model has {given[0]} (timestep {given[1]}); pass the configuration's denoiser")
+
+
+def check_compatible(source: ModelSource, data: Examples) -> None:
+    """The model's classes and input shape against the dataset's, where both are known. Behind
+    a denoiser the data must fit the denoiser's input; the classifier then needs only the same
+    channels (its height and width may differ: ``Denoised`` resizes to them)."""
+    meta = source.meta
+    if data.num_classes is not None and source.num_classes != data.num_classes:
+        raise SmoothcertError(
+            f"num_classes mismatch: the model has {source.num_classes} classes, "
+            f"dataset {data.name!r} has {data.num_classes}"
+        )
+    shape = meta.get("input_shape") or getattr(source.classifier, "input_shape", None)
+    if source.denoiser is not None:
+        _check_denoiser_shape(source, shape, data)
+    elif shape is not None and data.input_shape is not None and \
+            tuple(shape) != tuple(data.input_shape):
+        raise SmoothcertError(
+            f"the model expects inputs of shape {tuple(shape)}, "
+            f"dataset {data.name!r} has {tuple(data.input_shape)}"
+        )
+    classes = meta.get("classes")
+    if classes is not None and data.classes is not None and list(classes) != list(data.classes):
+        differ = sorted(set(classes) ^ set(data.classes))[:5]
+        detail = f"names only in one: {', '.join(differ)}" if differ else "same names, other order"
+        raise SmoothcertError(
+            f"the checkpoint's {len(classes)} classes differ from the {len(data.classes)} class "
+            f"folders of {data.name!r} ({detail}); certify on the folder the model was trained on"
+        )
+
+
+def _check_denoiser_shape(source: ModelSource, classifier_shape, data: Examples) -> None:
+    """The data against the denoiser's input shape, the classifier's channels against the
+    data's (the denoiser keeps the channels), where they are known."""
+    given = tuple(data.input_shape) if data.input_shape is not None else None
+    wanted = source.denoiser.input_shape
+    if wanted is not None and given is not None and tuple(wanted) != given:
+        raise SmoothcertError(
+            f"the denoiser expects inputs of shape {tuple(wanted)}, dataset {data.name!r} has "
+            f"{given}; denoise data of its size (image folders: --image-size)")
+    if classifier_shape is not None and given is not None and classifier_shape[0] != given[0]:
+        raise SmoothcertError(
+            f"the classifier takes {classifier_shape[0]}-channel inputs "
+            f"{tuple(classifier_shape)}, dataset {data.name!r} has {given[0]} channels {given}")
 
 
 class Examples:
@@ -168,5 +303,7 @@ def as_examples(dataset, name: str | None = None, split: str | None = None) -> E
     return dataset if isinstance(dataset, Examples) else Examples(dataset, name, split)
 
 
-__all__ = ["Examples", "ModelSource", "as_examples", "default_workers", "file_sha256",
-           "load_source", "state_dict_sha256"]
+__all__ = ["Examples", "ModelSource", "as_examples", "check_classifier", "check_compatible",
+           "check_denoiser",
+           "default_workers", "denoiser_fields", "file_sha256", "load_source", "sigma_and_noise",
+           "split_denoised", "state_dict_sha256", "with_denoiser"]

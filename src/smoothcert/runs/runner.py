@@ -19,6 +19,12 @@ larger ``--max``, or none): it appends only the new examples and updates the man
 ``indices`` to the new list, so that ``merge`` checks coverage against it. A smaller ``--max``
 is refused (the file holds examples the run would not select).
 
+Denoisers. ``certify_dataset(model, data, denoiser=SPEC)`` (or ``model`` a ``Denoised`` module)
+certifies the classifier behind a denoiser: the identity then holds the denoiser's fingerprint
+(``denoiser``) and, for a diffusion denoiser, its one-shot timestep t* (``timestep``). Both are
+left out of the identity when there is no denoiser, so the files of runs without one keep their
+identity; a rerun with another denoiser, or none, is refused.
+
 A resumed run draws in the chunk size of its file (the identity's ``chunk``), whatever
 ``CHUNK`` is now: the rows already there were drawn so. Manifests of older versions, such as
 those from before the chunks were fixed (their chunk was the run's ``batch``), are read through
@@ -51,7 +57,18 @@ from ..smoothing.engine import CHUNK, BatchedVotes
 from ..smoothing.smoothed import Smoothed
 from ..tensors import eval_mode
 from ..upgrade import certifier_spelling
-from .inputs import Examples, ModelSource, as_examples, load_source
+from .inputs import (
+    Examples,
+    ModelSource,
+    as_examples,
+    check_compatible,
+    check_denoiser,
+    denoiser_fields,
+    load_source,
+    sigma_and_noise,
+    split_denoised,
+    with_denoiser,
+)
 from .records import (
     Records,
     global_indices,
@@ -78,6 +95,8 @@ class RunConfig:
     certifier's own settings, completed with its defaults, so that equal runs have equal
     identities. The certifier names from before noise was an axis (``uniform``,
     ``data-dependent-uniform``) are read through :func:`smoothcert.upgrade.certifier_spelling`.
+    ``denoiser`` is the fingerprint of the denoiser in front of the classifier (None: none) and
+    ``timestep`` a diffusion denoiser's one-shot timestep t* (None: not a diffusion denoiser).
     """
 
     certifier: str
@@ -101,6 +120,8 @@ class RunConfig:
     indices: tuple[int, ...] | None = None
     noise: str = "gaussian"
     chunk: int = CHUNK  # draws per canonical noise chunk: changes the draws, so the rows
+    denoiser: str | None = None  # the denoiser's fingerprint (DenoiserSource.sha256)
+    timestep: int | None = None  # a diffusion denoiser's t*: fixed by sigma
 
     def __post_init__(self):
         certifier, noise = _resolved_names(self.certifier, self.noise)
@@ -119,6 +140,7 @@ class RunConfig:
         object.__setattr__(self, "engine", _resolved_engine(self.engine))
         if self.indices is not None:
             object.__setattr__(self, "indices", _checked_indices(self.indices))
+        _check_denoiser(self)
 
     def build_certifier(self) -> Certifier:
         """A fresh instance of the run's certifier with its options (checked)."""
@@ -152,6 +174,22 @@ def _resolved_names(certifier: str, noise: str) -> tuple[str, str]:
         raise SmoothcertError(f"certifier {certifier!r} certifies with noise "
                               f"{', '.join(cls.noises)} only, not {noise!r}")
     return certifier, noise
+
+
+def _check_denoiser(cfg: RunConfig) -> None:
+    """The denoiser's fields, and a diffusion denoiser's fixed σ against the certifier's."""
+    if cfg.denoiser is not None and (not isinstance(cfg.denoiser, str) or not cfg.denoiser):
+        raise SmoothcertError(f"denoiser must be a fingerprint string, got {cfg.denoiser!r}")
+    if cfg.timestep is None:
+        return
+    if cfg.denoiser is None:
+        raise SmoothcertError("timestep is a diffusion denoiser's: pass its denoiser too")
+    check_count("timestep", cfg.timestep, minimum=0)
+    if certifier_class(cfg.certifier).varies_sigma:
+        raise SmoothcertError(
+            f"certifier {cfg.certifier!r} certifies each input at its own sigma, but a "
+            f"diffusion denoiser denoises at the one timestep of sigma {cfg.sigma} "
+            f"(t* = {cfg.timestep}); use a trained denoiser or another certifier")
 
 
 def _checked_indices(indices) -> tuple[int, ...]:
@@ -193,7 +231,7 @@ def certify_dataset(
     max_count: int | None = None, indices=None, certifier: str = "certify",
     options: dict | None = None, out=None, shard: tuple[int, int] = (0, 1),
     num_classes: int | None = None, device=None, workers: int | None = None,
-    engine: dict | None = None, progress: bool = False,
+    engine: dict | None = None, progress: bool = False, denoiser=None,
 ) -> list[dict]:
     """Certify (or run any registered certifier on) every selected example of ``dataset``.
 
@@ -215,37 +253,30 @@ def certify_dataset(
     run is extended by a larger ``max_count`` (only the new examples are run). For the
     default certifier each row's certificate holds with probability ≥ 1 − ``alpha``
     (Cohen et al., Thm. 1): ``predict`` −1 is an abstention.
+
+    ``denoiser`` puts a denoiser in front of the classifier (denoised smoothing; the certified
+    function is classifier ∘ denoiser): a denoiser checkpoint (``train --method denoiser-mse``,
+    ``import-checkpoint --format denoised-smoothing``), ``"diffusers:FOLDER"`` (a local
+    diffusers DDPM, denoising in one step at the t* of ``sigma``) or an ``nn.Module``. A
+    ``model`` that is a ``Denoised(denoiser, classifier)`` module runs the same way.
     """
+    model, denoiser = split_denoised(model, denoiser)
     source = load_source(model, device, num_classes)
     data = as_examples(dataset)
     certifier, noise = certifier_spelling(certifier, noise)
     needs_n0 = certifier_class(certifier).needs_n0  # an unknown name raises, listing the known ones
-    sigma, noise = _sigma_and_noise(sigma, noise, source.meta)
+    sigma, noise = sigma_and_noise(sigma, noise, source)
+    source = with_denoiser(source, denoiser, sigma)  # after σ: a diffusion denoiser's t* is σ's
     cfg = RunConfig(
         certifier=certifier, checkpoint_sha256=source.sha256, dataset=data.name, split=data.split,
         sigma=sigma, n=n, alpha=alpha, batch=batch, seed=seed, skip=skip, max_count=max_count,
         n0=n0 if needs_n0 else None, device_type=source.device.type,
         options=dict(options or {}), engine=dict(engine or {}),
         indices=tuple(indices) if indices is not None else None, noise=noise,
+        **denoiser_fields(source),
     )
     return execute(cfg, source, data, out, shard=_checked_shard(shard), workers=workers,
                    progress=progress)
-
-
-def _sigma_and_noise(sigma, noise: str | None, meta: dict) -> tuple[float, str]:
-    """σ as a float and the noise's name, from the arguments or the checkpoint's metadata."""
-    stored = meta.get("noise") or {}
-    if isinstance(sigma, tuple(NOISES.values())):
-        name = next(k for k, cls in NOISES.items() if type(sigma) is cls)
-        if noise is not None and noise != name:
-            raise SmoothcertError(f"noise {noise!r} disagrees with the noise object {sigma!r}")
-        return sigma.scalar_sigma(), name
-    if sigma is None:
-        if "sigma" not in stored:
-            raise SmoothcertError("pass sigma: a module carries no noise level")
-        sigma = float(stored["sigma"])
-    noise = noise if noise is not None else stored.get("name", "gaussian")
-    return check_positive_finite("sigma", sigma), noise
 
 
 def _checked_shard(shard) -> tuple[int, int]:
@@ -257,12 +288,13 @@ def _checked_shard(shard) -> tuple[int, int]:
 
 def run_dataset(
     cfg: RunConfig, checkpoint, out, *, shard=(0, 1), device="cpu", data_root=None,
-    progress=True, workers: int | None = None, image_size: int | None = None,
+    progress=True, workers: int | None = None, image_size: int | None = None, denoiser=None,
 ) -> Path:
-    """Run ``cfg`` on this shard of ``cfg.dataset``'s split with the model of ``checkpoint``,
-    appending to (or resuming) its record file; returns that file's path (``out`` itself, or its
-    shard name when there are shards). See :func:`smoothcert.certify_dataset`."""
-    source = load_source(checkpoint, device)
+    """Run ``cfg`` on this shard of ``cfg.dataset``'s split with the model of ``checkpoint``
+    (behind ``denoiser``, whose fingerprint must be ``cfg.denoiser``), appending to (or
+    resuming) its record file; returns that file's path (``out`` itself, or its shard name when
+    there are shards). See :func:`smoothcert.certify_dataset`."""
+    source = with_denoiser(load_source(checkpoint, device), denoiser, cfg.sigma)
     dataset = load_dataset(cfg.dataset, cfg.split, data_root=data_root, image_size=image_size)
     execute(cfg, source, as_examples(dataset), out, shard=shard, workers=workers,
             progress=progress)
@@ -274,7 +306,8 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     """The rows of ``cfg`` on this shard's examples of ``data``; with ``out`` each row is also
     appended (fsynced) to the shard's record file, resuming after the rows already there, and
     the rows returned are the file's. Everything is checked before the file is opened."""
-    _check_compatible(source, data)
+    check_denoiser(source, cfg.denoiser, cfg.timestep)
+    check_compatible(source, data)
     if workers is not None:
         check_count("workers", workers, minimum=0)
     certifier = cfg.build_certifier()
@@ -402,36 +435,15 @@ def _check_shardable(cfg: RunConfig, certifier: Certifier, shard) -> None:
         )
 
 
-def _check_compatible(source: ModelSource, data: Examples) -> None:
-    """The model's classes and input shape against the dataset's, where both are known."""
-    meta = source.meta
-    if data.num_classes is not None and source.num_classes != data.num_classes:
-        raise SmoothcertError(
-            f"num_classes mismatch: the model has {source.num_classes} classes, "
-            f"dataset {data.name!r} has {data.num_classes}"
-        )
-    shape = meta.get("input_shape") or getattr(source.model, "input_shape", None)
-    if shape is not None and data.input_shape is not None and \
-            tuple(shape) != tuple(data.input_shape):
-        raise SmoothcertError(
-            f"the model expects inputs of shape {tuple(shape)}, "
-            f"dataset {data.name!r} has {tuple(data.input_shape)}"
-        )
-    classes = meta.get("classes")
-    if classes is not None and data.classes is not None and list(classes) != list(data.classes):
-        differ = sorted(set(classes) ^ set(data.classes))[:5]
-        detail = f"names only in one: {', '.join(differ)}" if differ else "same names, other order"
-        raise SmoothcertError(
-            f"the checkpoint's {len(classes)} classes differ from the {len(data.classes)} class "
-            f"folders of {data.name!r} ({detail}); certify on the folder the model was trained on"
-        )
-
-
 def run_identity(cfg: RunConfig) -> dict:
     """The run's identity (see the module doc), as JSON reads it back: every field of ``cfg``
-    but ``batch`` and ``max_count``."""
+    but ``batch`` and ``max_count``, and ``denoiser`` and ``timestep`` where they are None (so
+    runs without a denoiser keep the identity they had before denoisers)."""
     fields = dataclasses.asdict(cfg)
     del fields["batch"], fields["max_count"]
+    for name in ("denoiser", "timestep"):
+        if fields[name] is None:
+            del fields[name]
     if fields["indices"] is not None:
         fields["indices"] = list(fields["indices"])
     return fields
@@ -442,12 +454,14 @@ def _manifest(cfg: RunConfig, source: ModelSource, shard, dataset_size: int) -> 
     indices = {"dataset_size": dataset_size, "skip": cfg.skip, "max_count": cfg.max_count}
     if cfg.indices is not None:
         indices["explicit"] = list(cfg.indices)
+    denoiser = {"denoiser": source.denoiser.label} if source.denoiser is not None else {}
     return {
         "identity": run_identity(cfg),
         "shard": {"index": shard[0], "count": shard[1]},
         "indices": indices,
         "provenance": {
             "checkpoint": source.label,
+            **denoiser,
             "device": str(source.device),
             "host": socket.gethostname(),
             "platform": platform.platform(),

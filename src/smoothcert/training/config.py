@@ -4,8 +4,8 @@ Everything that determines a run except the device; it is saved as ``config.yaml
 every checkpoint, and a resumed run must present the same one. This file is the one place a
 field is declared: its metadata (:func:`_doc`) holds its help text, its flag where that is not
 ``--field-name``, and for a name the registry its choices come from; ``smoothcert train``
-generates its flags and its ``--help`` from the fields. ``SCHEDULES`` names the learning-rate
-schedules, each stepped once per epoch.
+generates its flags and its ``--help`` from the fields. The optimizers and learning-rate
+schedules it names are in :mod:`smoothcert.training.optim`.
 
 A config as a dict (:meth:`TrainConfig.to_dict`: ``config.yaml``, a checkpoint's config) carries
 its ``format_version``; :meth:`TrainConfig.from_dict` reads older versions through
@@ -24,8 +24,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from torch.optim.lr_scheduler import LRScheduler, MultiStepLR, StepLR
-
 from ..data.registry import DATASETS
 from ..errors import (
     MAX_BATCH,
@@ -38,10 +36,11 @@ from ..errors import (
 )
 from ..methods import METHODS, build_method
 from ..models import MODELS
-from ..models.archs import EXTERNAL_ZOOS
+from ..models.archs import EXTERNAL_ZOOS, check_arch_kwargs, model_role
 from ..noise.base import NOISES
-from ..registry import Registry, describe_options
+from ..registry import describe_options
 from ..upgrade import CONFIG_VERSION, VERSION_KEY, accepts_sigma_keywords, upgrade_config
+from .optim import OPTIMIZERS, SCHEDULES
 from .sigma_modes import SIGMA_MODES, SigmaMode, build_sigma_mode
 
 
@@ -61,10 +60,19 @@ class TrainConfig:
     """Everything that determines a training run (except the device).
 
     Validated and normalised at construction: ``method_params`` and ``sigma_mode_params`` are
-    completed with the method's and the σ mode's defaults, so equal runs have equal configs.
-    Units: ``sigma`` in pixel units of [0, 1] inputs, ``lr_step_size`` and ``lr_milestones`` in
-    epochs. Defaults follow Cohen et al. 2019 (SGD, lr 0.1, momentum 0.9, weight decay 1e-4,
-    lr × 0.1 every 30 epochs, batch 256) and train with Gaussian noise at one σ.
+    completed with the method's and the σ mode's defaults, and the optimizer settings left unset
+    (``optimizer``, ``lr``, ``weight_decay``, ``lr_schedule``: None) become the method's
+    (:meth:`~smoothcert.methods.TrainingMethod.training_defaults`), so equal runs have equal
+    configs. Units: ``sigma`` in pixel units of [0, 1] inputs, ``lr_step_size`` and
+    ``lr_milestones`` in epochs. Defaults follow Cohen et al. 2019 (SGD, lr 0.1, momentum 0.9,
+    weight decay 1e-4, lr × 0.1 every 30 epochs, batch 256) and train with Gaussian noise at one
+    σ; the denoiser methods default to Salman et al. 2020's Adam at lr 1e-3, diffusion to Ho et
+    al. 2020's Adam at lr 2e-4 with a constant schedule and no weight decay.
+
+    ``sigma`` is required by a method that trains with noise and refused by one that does not
+    (``standard``, ``diffusion``). ``arch`` must have the role the method trains (a classifier,
+    a denoiser such as ``dncnn``, a diffusion model such as ``ddpm_unet``); ``classifier`` is the
+    frozen classifier checkpoint of the denoiser methods.
 
     ``noise`` names the noise distribution (:data:`smoothcert.noise.NOISES`) every training
     example is perturbed with, at standard deviation ``sigma`` per coordinate.
@@ -88,11 +96,14 @@ class TrainConfig:
         "the training set (its test split gives the log's noisy test accuracy)",
         metavar="NAME", choices=lambda: _dataset_choices()))
     arch: str = field(metadata=_doc(
-        "architecture of the base classifier", metavar="NAME", choices=lambda: _arch_choices()))
-    sigma: float = field(metadata=_doc(
-        "noise level σ: the standard deviation of each noise coordinate, in pixel units of "
-        "[0, 1] inputs"))
+        "architecture of the model: a classifier, or the denoiser or diffusion model the method "
+        "trains (--arch-param sets its keyword arguments)", metavar="NAME",
+        choices=lambda: _arch_choices()))
     epochs: int = field(metadata=_doc("passes over the training set"))
+    sigma: float | None = field(default=None, metadata=_doc(
+        "noise level σ: the standard deviation of each noise coordinate, in pixel units of "
+        "[0, 1] inputs (default: none; required by the methods that train with noise, refused "
+        "by the others: standard, diffusion)"))
     method: str = field(default="gaussian", metadata=_doc(
         "the training method (its loss)", metavar="NAME",
         choices=lambda: keyword_choices(METHODS)))
@@ -104,14 +115,20 @@ class TrainConfig:
         choices=lambda: described(NOISES)))
     batch_size: int = field(default=256, metadata=_doc(
         "examples per optimizer step (the global batch under torchrun)", flag="--batch"))
-    lr: float = field(default=0.1, metadata=_doc("learning rate of SGD"))
+    optimizer: str | None = field(default=None, metadata=_doc(
+        "the optimizer, sgd or adam (default: the method's: adam for denoiser-mse, "
+        "denoiser-stability and diffusion, sgd for the others)", metavar="NAME"))
+    lr: float | None = field(default=None, metadata=_doc(
+        "initial learning rate (default: the method's: 0.1; 1e-3 for the denoiser methods, "
+        "2e-4 for diffusion)"))
     momentum: float = field(default=0.9, metadata=_doc("momentum of SGD, in [0, 1)"))
     nesterov: bool = field(default=False, metadata=_doc(
-        "Nesterov momentum (needs momentum > 0)"))
-    weight_decay: float = field(default=1e-4, metadata=_doc("L2 weight decay of SGD"))
-    lr_schedule: str = field(default="step", metadata=_doc(
-        "how the learning rate changes, once per epoch", metavar="NAME",
-        choices=lambda: described(SCHEDULES)))
+        "Nesterov momentum of SGD (needs momentum > 0)"))
+    weight_decay: float | None = field(default=None, metadata=_doc(
+        "L2 weight decay (default: the method's: 1e-4; 0 for diffusion)"))
+    lr_schedule: str | None = field(default=None, metadata=_doc(
+        "how the learning rate changes, once per epoch (default: the method's: step; constant "
+        "for diffusion)", metavar="NAME", choices=lambda: described(SCHEDULES)))
     lr_step_size: int = field(default=30, metadata=_doc(
         "step schedule: lr × lr_gamma every this many epochs", metavar="EPOCHS"))
     lr_milestones: tuple[int, ...] = field(default=(30, 60), metadata=_doc(
@@ -127,6 +144,12 @@ class TrainConfig:
         "start from the weights of this checkpoint (same arch and dataset), e.g. to fine-tune "
         "with --method heat (default: random initialisation from --seed)",
         flag="--init-from", metavar="PATH"))
+    classifier: str | None = field(default=None, metadata=_doc(
+        "the frozen classifier (a classifier checkpoint of the same dataset) of the denoiser "
+        "methods: denoiser-stability trains against it (required), denoiser-mse logs its "
+        "accuracy on the denoised test images (optional); refused by the other methods "
+        "(default: none)",
+        metavar="PATH"))
     sigma_mode: str = field(default="fixed", metadata=_doc(
         "how the σ of each training example is chosen", metavar="NAME",
         choices=lambda: keyword_choices(SIGMA_MODES)))
@@ -137,8 +160,9 @@ class TrainConfig:
         "train on a fixed class-balanced subset of N training examples, the same for every run "
         "and seed (default: the whole training split)", metavar="N"))
     arch_kwargs: dict = field(default_factory=dict, metadata=_doc(
-        "keyword argument of a torchvision:/timm: model's constructor, e.g. --arch-param "
-        "dropout=0.1 (repeatable; stored in the checkpoint; default: the constructor's own)",
+        "keyword argument of the architecture, e.g. --arch-param depth=17 for dncnn or "
+        "dropout=0.1 for a torchvision:/timm: model (repeatable; stored in the checkpoint; "
+        "default: the architecture's own)",
         flag="--arch-param",
         metavar="KEY=VALUE"))
     image_size: int | None = field(default=None, metadata=_doc(
@@ -189,36 +213,74 @@ def _validated(c: TrainConfig) -> dict[str, Any]:
     """Checked and normalised values of every field; raises SmoothcertError on the first bad one."""
     method = build_method(_check_str("method", c.method), **_check_mapping("method_params",
                                                                            c.method_params))
+    unset = method.training_defaults()
+    arch = _check_arch(c.arch, method)
     values = {
         "dataset": _check_name("dataset", c.dataset, _known_datasets()),
-        "arch": _check_arch(c.arch),
-        "arch_kwargs": _check_arch_kwargs(c.arch, c.arch_kwargs),
+        "arch": arch,
+        "arch_kwargs": _check_arch_kwargs(arch, c.arch_kwargs),
         "image_size": _check_image_size(c.dataset, c.image_size),
-        "sigma": check_positive_finite("sigma", c.sigma),
+        "sigma": _check_sigma(c.sigma, method),
         "epochs": check_count("epochs", c.epochs),
         "method_params": method.hparams(),
         "noise": _check_name("noise", c.noise, NOISES),
         "batch_size": check_count("batch_size", c.batch_size, maximum=MAX_BATCH),
-        "lr": check_positive_finite("lr", c.lr),
+        "optimizer": _check_name("optimizer", _or(c.optimizer, unset, "optimizer"), OPTIMIZERS),
+        "lr": check_positive_finite("lr", _or(c.lr, unset, "lr")),
         "momentum": check_in_range("momentum", c.momentum, 0.0, 1.0, include_high=False),
         "nesterov": _check_nesterov(c.nesterov, c.momentum),
-        "weight_decay": check_in_range("weight_decay", c.weight_decay, 0.0, math.inf,
-                                       include_high=False),
-        "lr_schedule": _check_name("lr_schedule", c.lr_schedule, SCHEDULES),
+        "weight_decay": check_in_range("weight_decay", _or(c.weight_decay, unset, "weight_decay"),
+                                       0.0, math.inf, include_high=False),
+        "lr_schedule": _check_name("lr_schedule", _or(c.lr_schedule, unset, "lr_schedule"),
+                                   SCHEDULES),
         "lr_step_size": check_count("lr_step_size", c.lr_step_size),
         "lr_milestones": _check_milestones(c.lr_milestones),
         "lr_gamma": check_positive_finite("lr_gamma", c.lr_gamma),
         "seed": check_count("seed", c.seed, minimum=0),
         "data_root": _check_path("data_root", c.data_root),
         "init_checkpoint": _check_path("init_checkpoint", c.init_checkpoint),
+        "classifier": _check_classifier(c.classifier, method),
         "sigma_mode": _check_name("sigma_mode", c.sigma_mode, SIGMA_MODES),
         "train_size": None if c.train_size is None else check_count("train_size", c.train_size),
     }
     mode = build_sigma_mode(values["sigma_mode"], **_check_mapping("sigma_mode_params",
                                                                     c.sigma_mode_params))
     _check_sigma_mode(values, mode, method)
-    _check_method_noise(method, values["noise"])
+    if method.uses_noise:
+        _check_method_noise(method, values["noise"])
     return {**values, "sigma_mode_params": mode.params()}
+
+
+def _or(value, defaults: Mapping[str, Any], name: str):
+    """``value``, or the method's default for the field ``name`` when it is unset (None)."""
+    return defaults[name] if value is None else value
+
+
+def _check_sigma(sigma, method) -> float | None:
+    """A σ for a method that trains with noise; none for one that does not."""
+    if method.uses_noise and sigma is None:
+        raise SmoothcertError(f"method {method.name} trains with noise: give --sigma")
+    if not method.uses_noise and sigma is not None:
+        raise SmoothcertError(f"method {method.name} trains without noise, so it takes no "
+                              f"--sigma (got {sigma!r}); σ is chosen when certifying")
+    return None if sigma is None else check_positive_finite("sigma", sigma)
+
+
+def _check_classifier(path, method) -> str | None:
+    """The frozen classifier's path, where the method takes one (its file is read when the run
+    starts: :meth:`~smoothcert.methods.TrainingMethod.prepare`)."""
+    path = _check_path("classifier", path)
+    if path is None and method.frozen_classifier == "required":
+        raise SmoothcertError(f"method {method.name} trains against a frozen classifier: give "
+                              "--classifier CLF.pt (a classifier checkpoint of the same dataset)")
+    if path is not None and method.frozen_classifier == "none":
+        raise SmoothcertError(f"method {method.name} takes no --classifier (only "
+                              f"{', '.join(_classifier_methods())} do)")
+    return path
+
+
+def _classifier_methods() -> list[str]:
+    return sorted(n for n, cls in METHODS.items() if cls.frozen_classifier != "none")
 
 
 def _check_method_noise(method, noise: str) -> None:
@@ -230,7 +292,7 @@ def _check_method_noise(method, noise: str) -> None:
 
 def _check_sigma_mode(values: dict[str, Any], mode: SigmaMode, method) -> None:
     """A per-sample σ needs a method that trains at one, and the mode may need more epochs."""
-    if mode.per_sample and not method.supports_per_sample_sigma:
+    if mode.per_sample and not method.supports_per_sample_sigma:  # (a method without noise too)
         able = sorted(n for n, cls in METHODS.items() if cls.supports_per_sample_sigma)
         raise SmoothcertError(
             f"method {method.name!r} cannot train with a per-sample σ (sigma_mode "
@@ -284,21 +346,31 @@ def _check_milestones(milestones) -> tuple:
     return values
 
 
-def _check_arch(arch) -> str:
+def _check_arch(arch, method) -> str:
     """A registered architecture, or ``torchvision:NAME`` / ``timm:NAME`` (the name is checked
-    when the model is built, with close names listed)."""
+    when the model is built, with close names listed), of the role the method trains."""
     zoo, _, name = _check_str("arch", arch).partition(":")
-    if name and zoo in EXTERNAL_ZOOS:
-        return arch
-    return _check_name("arch", arch, [*_known_archs(), "torchvision:NAME", "timm:NAME"])
+    if not (name and zoo in EXTERNAL_ZOOS):
+        _check_name("arch", arch, [*_known_archs(), "torchvision:NAME", "timm:NAME"])
+    role = model_role(arch)
+    if role != method.trains:
+        fitting = [n for n in _known_archs() if model_role(n) == method.trains]
+        if method.trains == "classifier":
+            fitting += ["torchvision:NAME", "timm:NAME"]
+        raise SmoothcertError(f"method {method.name} trains {_ROLE_WORDS[method.trains]}, but "
+                              f"--arch {arch} is {_ROLE_WORDS[role]}; archs of role "
+                              f"{method.trains}: {', '.join(fitting) or 'none'}")
+    return arch
+
+
+_ROLE_WORDS = {"classifier": "a classifier", "denoiser": "a denoiser",
+               "diffusion": "a diffusion model"}
 
 
 def _check_arch_kwargs(arch: str, kwargs) -> dict:
-    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
-        raise SmoothcertError(f"arch_kwargs must be a mapping of names to values, got {kwargs!r}")
-    if kwargs and arch.partition(":")[0] not in EXTERNAL_ZOOS:
-        raise SmoothcertError(f"arch_kwargs are for torchvision: and timm: models, not {arch}")
-    return dict(kwargs)
+    """The architecture's keyword arguments, checked and completed with their defaults
+    (:func:`smoothcert.models.archs.check_arch_kwargs`)."""
+    return check_arch_kwargs(arch, kwargs)
 
 
 def _check_image_size(dataset, image_size) -> int | None:
@@ -359,27 +431,3 @@ def _dataset_summary(spec) -> str:
 def _arch_choices() -> dict[str, str]:
     zoos = {f"{zoo}:NAME": _summary(build) for zoo, build in EXTERNAL_ZOOS.items()}
     return {**described(MODELS), **zoos}
-
-
-# --------------------------------------------------------------------------- schedules
-SCHEDULES: Registry = Registry("lr_schedule")
-"""Learning-rate schedules by name: ``SCHEDULES[name](optimizer, config)``, stepped once per
-epoch."""
-
-
-@SCHEDULES.register("step")
-def _step(opt, c: TrainConfig) -> LRScheduler:
-    """lr × lr_gamma every lr_step_size epochs (Cohen et al. 2019: × 0.1 every 30)."""
-    return StepLR(opt, step_size=c.lr_step_size, gamma=c.lr_gamma)
-
-
-@SCHEDULES.register("multistep")
-def _multistep(opt, c: TrainConfig) -> LRScheduler:
-    """lr × lr_gamma at each of the lr_milestones epochs."""
-    return MultiStepLR(opt, milestones=list(c.lr_milestones), gamma=c.lr_gamma)
-
-
-@SCHEDULES.register("constant")
-def _constant(opt, c: TrainConfig) -> LRScheduler:
-    """The same lr in every epoch."""
-    return MultiStepLR(opt, milestones=[], gamma=1.0)

@@ -1,4 +1,4 @@
-"""The one trainer loop: SGD on a method's loss, with checkpoints that resume bit-for-bit.
+"""The one trainer loop: a method's loss, with checkpoints that resume bit-for-bit.
 
 A run lives in one folder::
 
@@ -6,6 +6,8 @@ A run lives in one folder::
     DIR/log.tsv         one row per completed epoch, flushed and fsynced; besides the losses it
                         records the epoch's cost: ``seconds`` and ``peak_mem_mb``
     DIR/checkpoint.pt   weights + metadata + everything needed to resume (written after each epoch)
+    DIR/diffusers/      ``--method diffusion`` only: the model as a diffusers pipeline folder,
+                        rewritten after each checkpoint (the method's export hook)
 
 Every random draw comes from a generator seeded from ``config.seed``: the model's initialisation,
 the per-epoch shuffle (a CPU generator), and the augmentation and noise draws (a generator on the
@@ -59,8 +61,8 @@ def train(
     config: TrainConfig, out_dir, device="cpu", resume: bool = False, progress: bool = True,
     workers: int | None = None, epoch_lines: bool = False,
 ) -> Path:
-    """Train a base classifier as ``config`` says, in the run folder ``out_dir``; returns the path
-    of ``out_dir/checkpoint.pt``.
+    """Train the model ``config`` says (a base classifier, a denoiser or a diffusion model, as its
+    method trains), in the run folder ``out_dir``; returns the path of ``out_dir/checkpoint.pt``.
 
     Without ``resume`` an existing checkpoint is refused. With ``resume`` an existing checkpoint
     must hold the same config (``data_root`` aside); training continues after its last completed
@@ -171,10 +173,12 @@ def _disk_full(path: Path, epoch: int):
 
 
 def _save(path: Path, trainer: Trainer) -> None:
-    """Rank 0 writes the checkpoint; every rank returns once it is on disk."""
+    """Rank 0 writes the checkpoint, then the method's export beside it (e.g. a diffusers
+    folder); every rank returns once they are on disk."""
     state = trainer.train_state()  # with K > 1 processes, every rank takes part
     if trainer.world.is_main:
         save_checkpoint(path, trainer.model, trainer.meta(), state)
+        trainer.method.export(trainer.model, path.parent)
     trainer.world.barrier()
 
 

@@ -100,8 +100,10 @@ class SigmaMode(Configurable, abc.ABC):
 class FixedSigma(SigmaMode):
     """Every example is trained at the run's σ."""
 
-    def start(self, noise: str, sigma: float, num_examples: int, device: torch.device) -> None:
-        self.noise = NOISES[noise](sigma)
+    def start(self, noise: str, sigma: float | None, num_examples: int,
+              device: torch.device) -> None:
+        """σ None: a method that trains without noise, whose loss gets ``noise=None``."""
+        self.noise = None if sigma is None else NOISES[noise](sigma)
 
     def noise_for(self, model, x, idx, generator, epoch: int):
         return self.noise

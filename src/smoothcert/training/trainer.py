@@ -18,7 +18,6 @@ import time
 from typing import Any
 
 import torch
-from torch.optim import SGD
 from tqdm import tqdm
 
 try:
@@ -30,14 +29,16 @@ from ..data.datasets import ImageDataset, balanced_subset, load_dataset
 from ..data.transforms import augment
 from ..errors import SmoothcertError, check_count
 from ..methods import EpochContext, build_method
+from ..methods.base import nan_columns
 from ..models import build_model
-from ..models.checkpoint import checkpoint_meta, load_checkpoint
+from ..models.archs import model_role
+from ..models.checkpoint import checkpoint_meta, checkpoint_role, load_checkpoint
 from ..noise.base import NOISES
 from ..rng import derived_seed
 from ..runs.inputs import default_workers
-from ..tensors import eval_mode
-from .config import SCHEDULES, TrainConfig
+from .config import TrainConfig
 from .distributed import World, merge_rows
+from .optim import OPTIMIZERS, SCHEDULES
 from .sigma_modes import build_sigma_mode
 
 log = logging.getLogger(__name__)
@@ -77,16 +78,12 @@ class Trainer:
             _load_initial_weights(self.model, config)
         self.train_model = self.world.wrap(self.model)  # what the method's loss runs
         self.method = build_method(config.method, **config.method_params)
-        self.noise = NOISES[config.noise](config.sigma)  # the run's σ: test accuracy, epoch hooks
+        self.method.prepare(config, self.device)  # e.g. a frozen classifier, checked here
+        # the run's σ (test columns, epoch hooks); None for a method that trains without noise
+        self.noise = None if config.sigma is None else NOISES[config.noise](config.sigma)
         self.per_example_sigma = build_sigma_mode(config.sigma_mode, **config.sigma_mode_params)
         self.per_example_sigma.start(config.noise, config.sigma, len(self.train_data), self.device)
-        self.optimizer = SGD(
-            self.model.parameters(),
-            lr=config.lr,
-            momentum=config.momentum,
-            nesterov=config.nesterov,
-            weight_decay=config.weight_decay,
-        )
+        self.optimizer = OPTIMIZERS[config.optimizer](self.model.parameters(), config)
         self.scheduler = SCHEDULES[config.lr_schedule](self.optimizer, config)
         self.shuffle_gen = torch.Generator().manual_seed(derived_seed(config.seed, _SHUFFLE))
         self.noise_gen = _generator(self.device, self._noise_seed())
@@ -162,6 +159,8 @@ class Trainer:
         loss, scale = out["loss"], self.world.loss_scale(len(idx), len(batch))
         self.optimizer.zero_grad(set_to_none=True)
         (loss if scale == 1 else loss * scale).backward()  # DDP averages the ranks' gradients
+        if self.method.max_grad_norm is not None:  # after DDP's average: the same on every rank
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.method.max_grad_norm)
         self.optimizer.step()
         return out, y
 
@@ -224,23 +223,17 @@ class Trainer:
             )
         head = {"epoch": self.epoch, "lr": lr, "loss": means.pop("loss")}
         sigmas = self.per_example_sigma.log_columns()  # none for a fixed σ
-        test_acc = self.noisy_test_accuracy() if self.world.is_main else math.nan
-        tail = {"test_acc": test_acc, **cost, **sigmas}
-        return {**head, "train_acc": meter.accuracy(), **tail, **means}
+        test = self.test_columns() if self.world.is_main else nan_columns(self.method)
+        return {**head, "train_acc": meter.accuracy(), **test, **cost, **sigmas, **means}
 
-    def noisy_test_accuracy(self) -> float:
-        """Accuracy of the base model on the test split under one noise draw per image.
-
-        The draws are the same every epoch (a generator re-seeded from the run seed), so the
-        column is comparable across epochs. This is not a certified accuracy.
-        """
+    def test_columns(self) -> dict[str, float]:
+        """The method's test columns (:meth:`~smoothcert.methods.TrainingMethod.evaluate`; by
+        default ``test_acc``, the accuracy under one noise draw per test image, clean for a
+        method without noise). The draws are the same every epoch (a generator re-seeded from
+        the run seed), so the columns are comparable across epochs."""
         gen = _generator(self.device, derived_seed(self.config.seed, _EVAL))
-        n, correct = len(self.test_data), torch.zeros((), dtype=torch.long, device=self.device)
-        with eval_mode(self.model), torch.inference_mode():
-            for idx in torch.arange(n, device=self.device).split(self.config.batch_size):
-                x, y = self.test_data.batch(idx)
-                correct += (self.model(self.noise.perturb(x, gen)).argmax(dim=1) == y).sum()
-        return correct.item() / n
+        return self.method.evaluate(self.model, self.test_data, self.noise, gen,
+                                    self.config.batch_size)
 
     def _context(self) -> EpochContext:
         """What the method's epoch hook sees. Its generator is the training stream with one
@@ -267,11 +260,12 @@ class Trainer:
         meta = checkpoint_meta(
             arch=c.arch, dataset=c.dataset, num_classes=spec.num_classes,
             input_shape=spec.input_shape, mean=spec.mean, std=spec.std,
-            noise={"name": c.noise, "sigma": c.sigma},
+            noise=None if c.sigma is None else {"name": c.noise, "sigma": c.sigma},
             method={"name": c.method, "hparams": self.method.hparams()}, epoch=self.epoch,
             config=c.to_dict(),
             arch_kwargs=c.arch_kwargs,
             classes=getattr(self.train_data, "classes", None),
+            role=self.method.trains,
         )
         return {**meta, "num_hparams": len(self.method.hparams())}
 
@@ -358,6 +352,11 @@ def _load_initial_weights(model: torch.nn.Module, config: TrainConfig) -> None:
     path = config.init_checkpoint
     checkpoint = load_checkpoint(path)
     arch, dataset = checkpoint.meta.get("arch"), checkpoint.meta.get("dataset")
+    role, wanted = checkpoint_role(checkpoint.meta), model_role(config.arch)
+    if role != wanted:
+        raise SmoothcertError(f"init checkpoint {path} holds a {role} ({arch}), but this run "
+                              f"trains a {wanted} ({config.arch}); start from a {wanted} "
+                              "checkpoint of the same arch and dataset")
     if (arch, dataset) != (config.arch, config.dataset):
         raise SmoothcertError(
             f"init checkpoint {path} holds a {arch} trained on {dataset}, but this run trains a "
@@ -430,14 +429,16 @@ class _Meter:
 
     def __init__(self):
         self.sums: dict[str, torch.Tensor] = {}
-        self.correct, self.count = 0, 0
+        self.correct, self.count, self.judged = 0, 0, 0  # judged: examples with logits
 
     def update(self, out: dict[str, torch.Tensor], y: torch.Tensor) -> None:
         b = len(y)
         for key, value in out.items():
             if key != "logits":
                 self.sums[key] = self.sums.get(key, 0) + value.detach().float() * b
-        self.correct = self.correct + (out["logits"].detach().argmax(dim=1) == y).sum()
+        if "logits" in out:  # a denoiser's MSE or a diffusion loss has none
+            self.correct = self.correct + (out["logits"].detach().argmax(dim=1) == y).sum()
+            self.judged += b
         self.count += b
 
     def mean(self, key: str) -> float:
@@ -447,18 +448,21 @@ class _Meter:
         return {key: self.mean(key) for key in self.sums}
 
     def accuracy(self) -> float:
-        return float(self.correct) / self.count
+        """Training accuracy; NaN for a method that returns no logits."""
+        return float(self.correct) / self.judged if self.judged else math.nan
 
     def reduced(self, world: World) -> _Meter:
-        """The meter of all ranks together: sums of sums (float64), of correct and of count."""
+        """The meter of all ranks together: sums of sums (float64), of correct, count and
+        judged."""
         if not world.distributed:
             return self
         keys, device = list(self.sums), world.device
         local = [self.sums[k].double() for k in keys]
-        local += [torch.as_tensor(self.correct, device=device).double(),
-                  torch.tensor(float(self.count), dtype=torch.float64, device=device)]
+        local += [torch.as_tensor(self.correct, device=device).double()]
+        local += [torch.tensor(float(n), dtype=torch.float64, device=device)
+                  for n in (self.count, self.judged)]
         total = world.all_reduce_sum(torch.stack(local))
         meter = _Meter()
         meter.sums = dict(zip(keys, total[: len(keys)]))
-        meter.correct, meter.count = total[-2], int(total[-1])
+        meter.correct, meter.count, meter.judged = total[-3], int(total[-2]), int(total[-1])
         return meter
