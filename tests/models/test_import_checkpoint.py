@@ -203,13 +203,21 @@ def test_bad_inputs_exit_2_with_one_line_and_write_nothing(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".pt") == []
 
 
-def test_sigma_must_be_positive(tmp_path, capsys):
+def test_sigma_must_be_positive_or_zero_for_a_clean_classifier(tmp_path, capsys):
     src = write_reference(tmp_path / "m.pth", reference_net("lenet", "mnist"), "{}", "net")
     out = tmp_path / "imported.pt"
     assert main(["import-checkpoint", str(src), "--format", "macer", "--arch", "lenet",
-                 "--dataset", "mnist", "--sigma", "0", "--out", str(out)]) == 2
+                 "--dataset", "mnist", "--sigma", "-0.5", "--out", str(out)]) == 2
     one_line_error(capsys, "sigma must be a positive")
     assert not out.exists()
+    # σ = 0: trained on clean images (a classifier for --denoiser); the meta holds no noise, so
+    # certifying it needs --sigma
+    assert main(["import-checkpoint", str(src), "--format", "macer", "--arch", "lenet",
+                 "--dataset", "mnist", "--sigma", "0", "--out", str(out)]) == 0
+    assert model_from_checkpoint(out)[1]["noise"] is None
+    assert main(["certify", str(out), "--dataset", "digits", "--n", "10",
+                 "--out", str(tmp_path / "r.tsv")]) == 2
+    one_line_error(capsys, "pass --sigma")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -127,6 +127,7 @@ def test_bad_inputs_exit_2_with_one_line_and_write_nothing(tmp_path, capsys):
         (wide, "cifar10", (), "shape mismatches (file vs model) (dncnn.0.weight (64, 3, 3, 3) "
                               "vs (128, 3, 3, 3)"),
         (tmp_path / "nope.pth.tar", "cifar10", (), "does not exist"),
+        (good, "cifar10", ("--sigma", "0"), "a denoiser is trained for a noise level"),
     ]
     for i, (src, dataset, extra, words) in enumerate(cases):
         out = tmp_path / f"out{i}.pt"

@@ -297,7 +297,8 @@ def import_checkpoint(
 
     The model is ``build_model(arch, …)`` for ``dataset`` with the normalization of
     :func:`resolve_normalization`; ``sigma`` (pixel units) is the training noise level, which the
-    reference files do not store. A denoiser format (``denoised-smoothing``) gives a
+    reference files do not store (0: trained on clean images, as the classifiers of denoised
+    smoothing; the meta then has no noise, and certification must be given σ). A denoiser format (``denoised-smoothing``) gives a
     role-"denoiser" checkpoint of ``dncnn`` whose depth and width come from the file (``arch``
     None or "dncnn"; no normalization). The meta records the format's method, σ and
     ``imported_from`` (format, file, sha256, normalization and its source). Everything is checked
@@ -307,7 +308,9 @@ def import_checkpoint(
     from ..data.registry import dataset_spec
 
     reference, spec = FORMATS[fmt], dataset_spec(dataset)
-    sigma = check_positive_finite("sigma", sigma)
+    sigma = None if sigma == 0 else check_positive_finite("sigma", sigma)
+    if reference.role == "denoiser" and sigma is None:
+        raise SmoothcertError("a denoiser is trained for a noise level: pass its --sigma > 0")
     if reference.role == "denoiser":
         arch = _denoiser_arch(reference, arch, normalization, spec)
     elif arch is None:
@@ -334,7 +337,7 @@ def import_checkpoint(
     meta = checkpoint_meta(
         arch=arch, dataset=spec.name, num_classes=spec.num_classes or 0,
         input_shape=spec.input_shape, mean=norm.mean, std=norm.std,
-        noise={"name": "gaussian", "sigma": sigma},
+        noise=None if sigma is None else {"name": "gaussian", "sigma": sigma},
         method={"name": reference.method, "hparams": {}}, epoch=_epoch(obj),
         config={"format": reference.name, "arch": arch, "dataset": spec.name, "sigma": sigma,
                 "normalization": normalization},
