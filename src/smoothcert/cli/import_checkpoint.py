@@ -20,8 +20,9 @@ def _import_args(p):
                         "width read from the file)")
     p.add_argument("--dataset", required=True, help="the dataset the model was trained on")
     p.add_argument("--sigma", type=float, required=True,
-                   help="training noise level σ in pixel units (the files do not store it); 0 for a "
-                        "classifier trained on clean images (e.g. one to put behind --denoiser)")
+                   help="training noise level σ in pixel units (the files do not store it); 0 for "
+                        "a classifier trained on clean images (e.g. one to put behind "
+                        "--denoiser)")
     p.add_argument("--normalization", default="reference", choices=NORMALIZATIONS,
                    help="the input normalization the file was trained with (default: the "
                         "reference code's for the dataset; salman: center, i.e. x − mean; "
