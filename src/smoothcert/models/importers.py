@@ -300,8 +300,9 @@ def import_checkpoint(
     reference files do not store (0: trained on clean images, as the classifiers of denoised
     smoothing; the meta then has no noise, and certification must be given σ). A denoiser
     format (``denoised-smoothing``) gives a role-"denoiser" checkpoint of ``dncnn`` whose depth
-    and width come from the file (``arch`` None or "dncnn"; no normalization). The meta records the format's method, σ and
-    ``imported_from`` (format, file, sha256, normalization and its source). Everything is checked
+    and width come from the file (``arch`` None or "dncnn"; no normalization). The meta records
+    the format's method, σ and ``imported_from`` (format, file, sha256, normalization and its
+    source). Everything is checked
     before ``out`` is written, atomically; an existing ``out`` is refused unless ``overwrite``,
     and ``out`` naming the input file itself always.
     """
