@@ -1,13 +1,17 @@
-"""What every benchmark prints with its numbers: the hardware and the software it ran on."""
+"""What every benchmark prints with its numbers: the hardware and the software it ran on, and
+the FLOPs of the forward pass it timed."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import math
 import os
 import platform
 import subprocess
 from pathlib import Path
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 import smoothcert
 
@@ -46,3 +50,44 @@ def environment(device: torch.device) -> dict:
 def print_environment(device: torch.device) -> None:
     for key, value in environment(device).items():
         print(f"{key}: {value}")
+
+
+def package_versions(*names: str) -> dict:
+    """Installed versions of ``names`` ("not installed" for a missing one), for the printout."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def flops_per_image(model, shape, device) -> int:
+    """FLOPs of one forward pass of one input of ``shape`` (multiply-adds count two; counted by
+    ``FlopCounterMode``: convolutions, matrix products and attention, not norms or activations)."""
+    counter = FlopCounterMode(display=False)
+    with torch.inference_mode(), counter:
+        model(torch.zeros((1,) + tuple(shape), device=device))
+    return counter.get_total_flops()
+
+
+def goal(value: float, target: float, lower: bool) -> dict:
+    """Whether ``value`` meets ``target`` (at most, or at least) and by what factor: value/target
+    for an upper bound, target/value for a lower one (≤ 1: met; > 1: missed by that factor)."""
+    factor = value / target if lower else target / value
+    return {"target": target, "met": factor <= 1, "factor": factor}
+
+
+def verdict(g: dict | None) -> str:
+    if g is None:
+        return "no goal"
+    if g["met"]:  # rounded towards the goal's edge: a near miss never reads "1.00"
+        return f"met ({math.floor(g['factor'] * 100) / 100:.2f}×)"
+    return f"missed by {math.ceil(g['factor'] * 100) / 100:.2f}×"
+
+
+def num(v: float | None, digits: int = 3) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.{digits}f}" if abs(v) < 10 else f"{v:,.1f}"

@@ -27,7 +27,18 @@ devices or ``--peak-tflops``. Peak GPU memory: ``torch.cuda.max_memory_allocated
 engine's timed runs at the best batch; peak host memory: the process's peak RSS
 (``getrusage``), and how much it grew over the engine's timed runs.
 
-Random weights: the cost of a forward pass does not depend on them.
+Denoised rows (``--models ddpm_cifar10+cifar_resnet110``): google/ddpm-cifar10-32's UNet
+(its configuration, ``denoised.DDPM_CIFAR10_UNET``) as a one-shot ``DiffusionDenoiser`` in front
+of ResNet-110 (``Denoised``), with their own settings, batches, sweep and reference draws and
+images (``--denoised-*``). Per setting: the fixed-n row as above plus noisy images/s, then
+``--certifier sequential`` (n_max = n) of ``--sequential-images`` images on the grid to 2σ
+(0, 0.25, 0.5 at σ = 0.25, as in studies/sequential) with each ``--sequential-tests`` test,
+packed in one run at the setting's best batch: draws and seconds per image. Goals (H100, not
+with ``--tiny-unet``): ≥ 4,000 noisy images/s in bf16, ≤ 1 s per image on the 2σ grid.
+
+Random weights: the cost of a forward pass does not depend on them. The draws a sequential test
+needs do (through p_A), so those rows also give the seconds per image at the draws the
+sequential study's trained model needed on the same grid.
 
     python benchmarks/gpu_suite.py --device cuda --json gpu_suite.json
     python benchmarks/gpu_suite.py --device cpu --models lenet --n 2000 --n0 100 \\
@@ -47,11 +58,12 @@ import statistics
 import sys
 
 import certify_throughput as ct
+import denoised as dn
 import torch
-from common import environment, git_commit
-from torch.utils.flop_counter import FlopCounterMode
+from common import environment, flops_per_image, git_commit, goal, num, package_versions, verdict
 
 from smoothcert.smoothing.engine import BatchedVotes
+from smoothcert.stats.sequential_tests import SEQUENTIAL_TESTS
 
 NUM_CLASSES = {"lenet": 10, "cifar_resnet20": 10, "cifar_resnet110": 10, "resnet50": 1000}
 GOAL_SECONDS = {"cifar_resnet110": 1.0, "resnet50": 5.0}  # s/image at the best setting, H100
@@ -65,6 +77,10 @@ PEAKS = [(("H100", "PCIe"), (756, 378, 51)), (("H100", "NVL"), (835, 418, 60)),
          (("H200",), (989, 494, 67)), (("A100",), (312, 156, 19.5))]
 DEFAULT_SETTINGS = ["fp32", "channels_last", "bf16", "bf16+channels_last", "compile",
                     "bf16+channels_last+compile"]
+# pair: its classifier, behind google/ddpm-cifar10-32's UNet (ResNet-20: a cheaper one, for tests)
+DENOISED = {"ddpm_cifar10+cifar_resnet110": "cifar_resnet110",
+            "ddpm_cifar10+cifar_resnet20": "cifar_resnet20"}
+DENOISED_SETTINGS = ["fp32", "bf16+channels_last"]
 
 
 def setting_kwargs(name: str) -> dict:
@@ -129,14 +145,6 @@ def median_time(fn, model, xs, ns, device, rounds: int, memory: Memory | None = 
     return statistics.median(times)
 
 
-def flops_per_image(model, shape, device) -> int:
-    """FLOPs of one forward pass of one input (multiply-adds count two)."""
-    counter = FlopCounterMode(display=False)
-    with torch.inference_mode(), counter:
-        model(torch.zeros((1,) + tuple(shape), device=device))
-    return counter.get_total_flops()
-
-
 def bench_reference(model, xs, args, device) -> dict:
     """Cohen et al.'s loop at each batch on reference-n draws: s/image scaled to n."""
     draws = min(args.reference_n, args.n)
@@ -171,7 +179,9 @@ def sweep_batch(model, votes, xs, args, batch, device) -> dict:
             "gpu_peak_mb": memory.gpu_mb, "host_growth_mb": memory.host_growth_mb}
 
 
-def bench_setting(base, name, xs, args, device, batches, info) -> dict:
+def bench_setting(base, name, xs, args, device, batches, info, extra=None) -> dict:
+    """One setting: batch sweep, the full workload at the best batch; ``extra(model, votes,
+    batch)`` (a dict merged into the result) runs on the same prepared model before it goes."""
     kwargs = setting_kwargs(name)
     if kwargs.get("compile"):
         torch._dynamo.reset()  # a fresh cache: no recompilation limit carried over
@@ -188,6 +198,7 @@ def bench_setting(base, name, xs, args, device, batches, info) -> dict:
         engine_s, gpu_mb, growth = best["engine_s"] / images, best["gpu_peak_mb"], \
             best["host_growth_mb"]
     ceiling_s = best["ceiling_s"] / images * draws / (args.n0 + timed_n)
+    more = extra(model, votes, best["batch"]) if extra else {}
     del model, votes
     if kwargs.get("compile"):
         torch._dynamo.reset()  # drop the compiled copy
@@ -211,34 +222,13 @@ def bench_setting(base, name, xs, args, device, batches, info) -> dict:
             "seconds_per_image": None if goal_s is None else goal(engine_s, goal_s, lower=True),
             "engine_over_ceiling": goal(ratio, GOAL_RATIO, lower=False),
             "host": goal(growth, HOST_SHARE * copies_mb, lower=True),
-        },
+        }, **more,
     }
 
 
 def time_goal(model: str, args) -> float | None:
     """The s/image goal of ``model``, when the workload is the one it is set for."""
     return GOAL_SECONDS.get(model) if (args.n0, args.n) == GOAL_WORKLOAD else None
-
-
-def goal(value: float, target: float, lower: bool) -> dict:
-    """Whether ``value`` meets ``target`` (at most, or at least) and by what factor: value/target
-    for an upper bound, target/value for a lower one (≤ 1: met; > 1: missed by that factor)."""
-    factor = value / target if lower else target / value
-    return {"target": target, "met": factor <= 1, "factor": factor}
-
-
-def verdict(g: dict | None) -> str:
-    if g is None:
-        return "no goal"
-    if g["met"]:  # rounded towards the goal's edge: a near miss never reads "1.00"
-        return f"met ({math.floor(g['factor'] * 100) / 100:.2f}×)"
-    return f"missed by {math.ceil(g['factor'] * 100) / 100:.2f}×"
-
-
-def num(v: float | None, digits: int = 3) -> str:
-    if v is None:
-        return "—"
-    return f"{v:,.{digits}f}" if abs(v) < 10 else f"{v:,.1f}"
 
 
 def row(model: str, r: dict) -> str:
@@ -290,22 +280,78 @@ def batches_for(name: str, done: list[dict], args) -> list[int]:
     return [twin["best_batch"]] if twin else args.batches
 
 
-def bench_model(name: str, args, device, results: dict) -> list[dict]:
-    shape, classes = ct.MODELS[name], NUM_CLASSES[name]
-    base = ct.make_model(name, device, classes)
-    g = torch.Generator().manual_seed(0)
-    xs = [torch.rand(shape, generator=g).to(device) for _ in range(args.images)]
+def images(shape, count: int, device, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(shape, generator=g).to(device) for _ in range(count)]
+
+
+def model_info(name: str, base, classes: int, xs, args, device) -> dict:
+    shape = tuple(xs[0].shape)
     info = {"model": name, "input_shape": list(shape), "num_classes": classes,
             "flops_per_image": flops_per_image(base, shape, device),
-            "input_bytes": 4 * shape[0] * shape[1] * shape[2]}
+            "input_bytes": 4 * math.prod(shape)}
     info["reference"] = bench_reference(base, xs, args, device)
     info["settings"] = []
+    return info
+
+
+def bench_model(name: str, args, device, results: dict) -> list[dict]:
+    if name in DENOISED:
+        return bench_denoised(name, args, device, results)
+    shape, classes = ct.MODELS[name], NUM_CLASSES[name]
+    base = ct.make_model(name, device, classes)
+    xs = images(shape, args.images, device)
+    info = model_info(name, base, classes, xs, args, device)
     results["models"].append(info)
     for setting in ordered(args.settings):
         r = bench_setting(base, setting, xs, args, device, batches_for(setting, info["settings"],
                                                                         args), info)
         info["settings"].append(r)
         print(row(name, r))
+        write_json(args, results)
+    return info["settings"]
+
+
+def model_summary(name: str, args, device, results: dict) -> str:
+    """Measure ``name``'s rows, then its summary line."""
+    settings = bench_model(name, args, device, results)
+    return dn.suite_summary(name, settings) if name in DENOISED else summary(name, settings, args)
+
+
+def denoised_args(args) -> argparse.Namespace:
+    """The suite's arguments with the denoised rows' own settings, batches, draws and images."""
+    return argparse.Namespace(**{**vars(args), "settings": args.denoised_settings,
+                                 "batches": args.denoised_batches,
+                                 "sweep_n": args.denoised_sweep_n,
+                                 "reference_n": args.denoised_reference_n,
+                                 "images": args.denoised_images})
+
+
+def bench_denoised(name: str, args, device, results: dict) -> list[dict]:
+    """Fixed-n and sequential rows of google/ddpm-cifar10-32's UNet in front of a classifier."""
+    sub, classifier = denoised_args(args), DENOISED[name]
+    shape, classes = ct.MODELS[classifier], NUM_CLASSES[classifier]
+    base = dn.suite_model(classifier, device, tiny=args.tiny_unet)
+    xs = images(shape, sub.images, device)
+    info = model_info(name, base, classes, xs, sub, device)
+    info.update(unet="tiny" if args.tiny_unet else "google/ddpm-cifar10-32 (random weights)",
+                timestep=base.denoiser.timestep)
+    results["models"].append(info)
+    with_goals = not args.tiny_unet and (args.n0, args.n) == GOAL_WORKLOAD  # the real UNet
+    extra = functools.partial(dn.bench_sequentials, args=sub, device=device,
+                              xs=images(shape, args.sequential_images, device, seed=1),
+                              flops=info["flops_per_image"], with_goal=with_goals)
+    print("\n" + dn.SUITE_HEADER)
+    for setting in ordered(sub.settings):
+        r = bench_setting(base, setting, xs, sub, device,
+                          batches_for(setting, info["settings"], sub), info, extra)
+        rate = (sub.n0 + sub.n) / r["seconds_per_image"]["engine"]
+        bf16 = r["engine_settings"].get("precision") == "bf16" and with_goals
+        r["noisy_per_second"] = rate
+        r["goals"]["noisy_per_second"] = \
+            goal(rate, dn.GOAL_DENOISED_RATE, lower=False) if bf16 else None
+        info["settings"].append(r)
+        print("\n".join(dn.suite_rows(name, r)))
         write_json(args, results)
     return info["settings"]
 
@@ -321,7 +367,8 @@ def suite_environment(device: torch.device) -> dict:
     env.update({"torchvision": importlib.metadata.version("torchvision"),
                 "cuda": torch.version.cuda,
                 "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-                "commit": git_commit() or "no git (a copied working tree)"})
+                "commit": git_commit() or "no git (a copied working tree)",
+                **package_versions("diffusers")})
     if device.type == "cuda":
         env["tf32"] = (f"cuDNN convolutions {torch.backends.cudnn.allow_tf32}, "
                        f"matmul {torch.backends.cuda.matmul.allow_tf32}; "
@@ -333,7 +380,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--models", nargs="+", default=["cifar_resnet110", "resnet50"],
-                   choices=list(ct.MODELS))
+                   choices=list(ct.MODELS) + list(DENOISED))
     p.add_argument("--n", type=int, default=100_000, help="estimation draws per image")
     p.add_argument("--n0", type=int, default=100, help="selection draws per image")
     p.add_argument("--images", type=int, default=1, help="images per timed workload")
@@ -351,15 +398,43 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--peak-tflops", type=float, nargs="+", metavar="TFLOPS",
                    help="dense peak: one value for every setting, or two: bf16/fp16 and fp32")
     p.add_argument("--json", metavar="OUT", help="write the results here as JSON")
+    denoised_options(p)
     args = p.parse_args(argv)
     try:
-        for s in args.settings:
+        for s in args.settings + args.denoised_settings:
             setting_kwargs(s)
     except argparse.ArgumentTypeError as err:
         p.error(str(err))
     if args.peak_tflops and len(args.peak_tflops) > 2:
         p.error("--peak-tflops takes one or two values")
     return args
+
+
+def denoised_options(p: argparse.ArgumentParser) -> None:
+    d = p.add_argument_group("denoised rows (--models " + " ".join(DENOISED) + ")")
+    d.add_argument("--denoised-settings", nargs="+", default=DENOISED_SETTINGS,
+                   help="as --settings, for both networks")
+    d.add_argument("--denoised-batches", type=int, nargs="+", default=[500, 1000])
+    d.add_argument("--denoised-sweep-n", type=int, default=2000, help="as --sweep-n")
+    d.add_argument("--denoised-reference-n", type=int, default=1000, help="as --reference-n")
+    d.add_argument("--denoised-images", type=int, default=1, help="images per fixed-n timing")
+    d.add_argument("--sequential-images", type=int, default=10,
+                   help="images certified by --certifier sequential on the 2σ grid")
+    d.add_argument("--sequential-tests", nargs="+", default=["union", "targeted"],
+                   choices=list(SEQUENTIAL_TESTS))
+    d.add_argument("--tiny-unet", action="store_true",
+                   help="a toy UNet instead of google/ddpm-cifar10-32's (tests; no goals)")
+
+
+def denoised_workload(w: dict) -> str:
+    return (f"Denoised rows ({w['unet']} UNet, one-shot at t* for σ = "
+            f"{ct.SIGMA}): settings {', '.join(w['settings'])}; fixed-n as above on "
+            f"{w['images']} image(s), batches {'/'.join(map(str, w['batches']))}, sweep on "
+            f"n = {w['sweep_n']}, reference on n = {w['reference_n']}; sequential "
+            f"({', '.join(w['sequential_tests'])}; n_max = n) of {w['sequential_images']} "
+            f"images on the grid to 2σ at the setting's best batch. Goals (H100): ≥ "
+            f"{dn.GOAL_DENOISED_RATE:,.0f} noisy images/s in bf16, ≤ {dn.GOAL_GRID_SECONDS:g} "
+            f"s/image on the 2σ grid (for n0 = {GOAL_WORKLOAD[0]}, n = {GOAL_WORKLOAD[1]} only).")
 
 
 def main(argv=None) -> None:
@@ -370,6 +445,14 @@ def main(argv=None) -> None:
         "n": args.n, "n0": args.n0, "alpha": 0.001, "sigma": ct.SIGMA, "images": args.images,
         "batches": args.batches, "rounds": args.rounds, "sweep_n": min(args.sweep_n, args.n),
         "reference_n": min(args.reference_n, args.n)}, "models": []}
+    pairs = [name for name in args.models if name in DENOISED]
+    if pairs:
+        results["workload"]["denoised"] = {
+            "settings": args.denoised_settings, "batches": args.denoised_batches,
+            "sweep_n": min(args.denoised_sweep_n, args.n), "images": args.denoised_images,
+            "reference_n": min(args.denoised_reference_n, args.n),
+            "sequential_images": args.sequential_images, "sequential_tests":
+                args.sequential_tests, "unet": "tiny" if args.tiny_unet else "ddpm-cifar10-32"}
     for key, value in results["environment"].items():
         print(f"{key}: {value}")
     w = results["workload"]
@@ -383,10 +466,12 @@ def main(argv=None) -> None:
           f"{', '.join(f'{v:g} ({k})' for k, v in GOAL_SECONDS.items())} at the best setting "
           f"(for n0 = {GOAL_WORKLOAD[0]}, n = {GOAL_WORKLOAD[1]} only); "
           f"engine ≥ {GOAL_RATIO} × ceiling at every setting; host: the engine's growth of the "
-          f"peak RSS < {HOST_SHARE:g} × the n noisy copies' bytes.\n")
-    print(HEADER)
-    summaries = [summary(name, bench_model(name, args, device, results), args)
-                 for name in args.models]
+          f"peak RSS < {HOST_SHARE:g} × the n noisy copies' bytes.")
+    if pairs:
+        print(denoised_workload(results["workload"]["denoised"]))
+    if len(pairs) < len(args.models):
+        print("\n" + HEADER)
+    summaries = [model_summary(name, args, device, results) for name in args.models]
     print("\n" + "\n".join(summaries))
     write_json(args, results)
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from smoothcert.denoisers import one_shot_timestep
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -111,3 +113,101 @@ def test_time_goals_apply_to_their_workload_only(suite):
     line = suite.summary("resnet50", [result], full)
     assert "best setting bf16 at batch 2000" in line and "on an H100: met (0.40×)" in line
     assert "every setting: met" in line
+
+
+@pytest.fixture(scope="module")
+def denoised(suite):
+    import denoised
+    return denoised
+
+
+def test_denoised_rows_on_cpu(suite, tmp_path, capsys):
+    """The denoised rows end to end, in process: a toy UNet (--tiny-unet) before ResNet-20."""
+    out = tmp_path / "suite.json"
+    suite.main(["--device", "cpu", "--models", "ddpm_cifar10+cifar_resnet20", "--tiny-unet",
+                "--n", "100", "--n0", "10", "--rounds", "1", "--denoised-batches", "25",
+                "--denoised-sweep-n", "20", "--denoised-reference-n", "20",
+                "--sequential-images", "1", "--sequential-tests", "targeted",
+                "--denoised-settings", "fp32", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert "| model | setting |" not in text  # no classifier rows, no classifier table
+    assert "| pair | setting | certifier | batch | draws / image | noisy images/s |" in text
+    rows = [line.split(" | ")[2] for line in text.splitlines()
+            if line.startswith("| ddpm_cifar10+cifar_resnet20 |")]
+    assert rows == ["certify", "sequential (targeted, grid 0,0.25,0.5)"]
+    assert "- **ddpm_cifar10+cifar_resnet20**: best fp32 at batch 25" in text
+    assert "diffusers:" in text and "Denoised rows (tiny UNet" in text
+
+    results = json.loads(out.read_text())
+    assert results["workload"]["denoised"] == {
+        "settings": ["fp32"], "batches": [25], "sweep_n": 20, "images": 1, "reference_n": 20,
+        "sequential_images": 1, "sequential_tests": ["targeted"], "unet": "tiny"}
+    (model,) = results["models"]
+    assert model["unet"] == "tiny" and model["num_classes"] == 10
+    assert 0 <= model["timestep"] < 1000 and model["flops_per_image"] > 0
+    (setting,) = model["settings"]
+    engine_s = setting["seconds_per_image"]["engine"]
+    assert setting["noisy_per_second"] == pytest.approx(110 / engine_s)
+    assert setting["goals"]["noisy_per_second"] is None  # no goal for the toy UNet
+    assert [q["test"] for q in setting["sequential"]] == ["targeted"]
+    for q in setting["sequential"]:
+        assert q["grid"] == "0,0.25,0.5" and q["images"] == 1 and q["batch"] == 25
+        assert 10 < q["draws_per_image"] <= 110  # n0 + at least one look, at most n_max
+        assert q["noisy_per_second"] == pytest.approx(q["draws_per_image"]
+                                                      / q["seconds_per_image"])
+        assert sum(q["radii"].values()) == 1 and sum(q["stopped"].values()) == 1
+        assert q["goal"] is None and q["goal_at_study_draws"] is None
+        assert q["seconds_at_study_draws"] == pytest.approx(
+            suite.dn.STUDY_DRAWS[q["test"]] / q["noisy_per_second"])
+
+
+def test_denoised_goals_and_rows(denoised, suite):
+    assert denoised.two_sigma_grid(0.25).tolist() == [0.0, 0.25, 0.5]
+    assert denoised.two_sigma_grid(0.5).tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
+    goal = suite.goal
+    sequential = {"test": "targeted", "grid": "0,0.25,0.5", "batch": 1000,
+                  "draws_per_image": 423.0, "noisy_per_second": 2500.0,
+                  "seconds_per_image": 0.1692, "tflops": 25.0,
+                  "seconds_at_study_draws": 913 / 2500,
+                  "goal": goal(0.1692, 1.0, lower=True),
+                  "goal_at_study_draws": goal(913 / 2500, 1.0, lower=True)}
+    result = {"setting": "bf16+channels_last", "best_batch": 1000, "noisy_per_second": 5000.0,
+              "seconds_per_image": {"reference": 40.0, "engine": 20.02, "ceiling": 19.0},
+              "engine_over_ceiling": 0.95, "tflops": 63.0, "peak_gpu_mb": 9000.0,
+              "goals": {"noisy_per_second": goal(5000.0, 4000.0, lower=False),
+                        "engine_over_ceiling": goal(0.95, 0.9, lower=False)},
+              "sequential": [sequential]}
+    fixed, seq = denoised.suite_rows("pair", result)
+    assert "| pair | bf16+channels_last | certify | 1000 | 100,100 | 5,000 | 20.0 |" in fixed
+    assert "≥ 4,000 img/s: met (0.80×)" in fixed and "≥ 0.9 ceiling: met (0.94×)" in fixed
+    assert "| sequential (targeted, grid 0,0.25,0.5) | 1000 | 423 | 2,500 | 0.169 |" in seq
+    assert "≤ 1 s/img: met (0.16×)" in seq
+    assert "at the study's 913 draws/img: 0.365 s/img, met (0.36×)" in seq
+    line = denoised.suite_summary("pair", [result])
+    assert "5,000 noisy images/s" in line and "in bf16 on an H100: met (0.80×)" in line
+    assert "2σ grid at 423 draws/image: 0.169 s (bf16+channels_last, targeted)" in line
+    assert "2σ grid at the study's 913 draws/image: 0.365 s" in line
+
+
+def test_ddpm_cifar10_config_has_its_parameter_count(denoised):
+    """google/ddpm-cifar10-32's UNet (Ho et al.'s CIFAR-10 model) has 35.7M parameters."""
+    den = denoised.ddpm_cifar10(0.25)
+    assert sum(p.numel() for p in den.unet.parameters()) == 35_746_307
+    assert den.timestep == one_shot_timestep(den.scheduler.alphas_cumprod, 0.25)
+    tiny = denoised.ddpm_cifar10(0.25, tiny=True)
+    assert sum(p.numel() for p in tiny.unet.parameters()) < 100_000
+
+
+def test_denoised_benchmark_prints_cost_ratios(denoised, capsys):
+    denoised.main(["--device", "cpu", "--classifiers", "lenet", "--variants", "none",
+                   "dncnn-small", "--seconds", "0.02", "--rounds", "2", "--batch", "8",
+                   "--n0", "2"])
+    text = capsys.readouterr().out
+    assert "diffusers:" in text and "| classifier | denoiser | GFLOP / draw |" in text
+    rows = {line.split(" | ")[1]: line.split(" | ") for line in text.splitlines()
+            if line.startswith("| lenet |")}
+    assert set(rows) == {"none", "dncnn-small"}
+    assert rows["none"][5] == "1.0 (1.0 / 1.0)"  # the classifier against itself, per round
+    assert float(rows["dncnn-small"][2]) > float(rows["none"][2])  # more FLOPs per draw
+    with pytest.raises(SystemExit):
+        denoised.parse_args(["--n0", "64", "--batch", "64"])
