@@ -55,3 +55,16 @@ def readme(out: Path, here: Path) -> Path:
     if not doc.exists():
         shutil.copyfile(here / "README.md", doc)
     return doc
+
+
+def splice_block(doc: Path, name: str, text: str) -> bool:
+    """Replace the lines between ``<!-- report:NAME -->`` and ``<!-- /report:NAME -->`` of
+    ``doc`` with ``text``; False (nothing written) when ``doc`` has no such block."""
+    lines = doc.read_text(encoding="utf-8").splitlines(keepends=True)
+    try:
+        start = lines.index(f"<!-- report:{name} -->\n")
+        end = lines.index(f"<!-- /report:{name} -->\n", start)
+    except ValueError:
+        return False
+    doc.write_text("".join(lines[:start + 1]) + text + "".join(lines[end:]), encoding="utf-8")
+    return True

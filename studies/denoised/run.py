@@ -35,7 +35,16 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # studies/driver.py
-from driver import ROOT, SMOOTHCERT, call, data_flags, output_folder, parser, readme  # noqa: E402
+from driver import (  # noqa: E402
+    ROOT,
+    SMOOTHCERT,
+    call,
+    data_flags,
+    output_folder,
+    parser,
+    readme,
+    splice_block,
+)
 
 SIGMAS = {"s025": "0.25", "s050": "0.5", "s100": "1.0"}
 # the report's radii: steps of σ/2 up to 2σ, below the largest radius n = 1,000 draws can
@@ -303,13 +312,8 @@ def mean_time(path: Path) -> str:
 
 def splice(doc: Path, name: str, text: str) -> None:
     """Replace the lines between ``<!-- report:NAME -->`` and ``<!-- /report:NAME -->``."""
-    lines = doc.read_text(encoding="utf-8").splitlines(keepends=True)
-    try:
-        start = lines.index(f"<!-- report:{name} -->\n")
-        end = lines.index(f"<!-- /report:{name} -->\n", start)
-    except ValueError:
+    if not splice_block(doc, name, text):
         sys.exit(f"{doc}: no block {name}")
-    doc.write_text("".join(lines[:start + 1]) + text + "".join(lines[end:]), encoding="utf-8")
 
 
 def untimed(log: Path) -> list[list[str]]:

@@ -255,11 +255,8 @@ def train_time(out: Path, d) -> tuple[list[str], list[list[str]]]:
 
 def splice(doc: Path, name: str, text: str) -> None:
     """Replace the lines between ``<!-- report:NAME -->`` and ``<!-- /report:NAME -->``."""
-    lines = doc.read_text(encoding="utf-8").splitlines(keepends=True)
-    try:
-        start = lines.index(f"<!-- report:{name} -->\n")
-        end = lines.index(f"<!-- /report:{name} -->\n", start)
-    except ValueError:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # studies/driver.py
+    from driver import splice_block
+
+    if not splice_block(doc, name, text):
         print(f"{doc}: no block {name}; tables/{name}.md written only")
-        return
-    doc.write_text("".join(lines[:start + 1]) + text + "".join(lines[end:]), encoding="utf-8")
