@@ -302,23 +302,13 @@ def import_checkpoint(
     format (``denoised-smoothing``) gives a role-"denoiser" checkpoint of ``dncnn`` whose depth
     and width come from the file (``arch`` None or "dncnn"; no normalization). The meta records
     the format's method, σ and ``imported_from`` (format, file, sha256, normalization and its
-    source). Everything is checked
-    before ``out`` is written, atomically; an existing ``out`` is refused unless ``overwrite``,
-    and ``out`` naming the input file itself always.
+    source). Everything is checked before ``out`` is written, atomically; an existing ``out``
+    is refused unless ``overwrite``, and ``out`` naming the input file itself always.
     """
     from ..data.registry import dataset_spec
 
     reference, spec = FORMATS[fmt], dataset_spec(dataset)
-    sigma = None if sigma == 0 else check_positive_finite("sigma", sigma)
-    if reference.role == "denoiser" and sigma is None:
-        raise SmoothcertError("a denoiser is trained for a noise level: pass its --sigma > 0")
-    if reference.role == "denoiser":
-        arch = _denoiser_arch(reference, arch, normalization, spec)
-    elif arch is None:
-        raise SmoothcertError(f"the {reference.name} format holds classifiers: pass --arch, "
-                              f"e.g. cifar_resnet110, or resnet50 for ImageNet")
-    else:
-        norm = resolve_normalization(reference, spec, normalization)
+    arch, sigma, norm = _checked_request(reference, spec, arch, sigma, normalization)
     out = Path(out)
     check_not_input(out, [path])  # even with overwrite: the reference file must survive
     if out.exists() and not overwrite:
@@ -349,6 +339,21 @@ def import_checkpoint(
         "source": reference.source, "arch_in_file": stated_arch, "normalization": norm.mode,
         "normalization_source": norm.source}
     return save_checkpoint(out, model, meta)
+
+
+def _checked_request(reference: ReferenceFormat, spec, arch: str | None, sigma: float,
+                     normalization: str):
+    """(arch, σ or None for a clean classifier, the classifier's normalization or None for a
+    denoiser): the import's arguments checked before any file is read."""
+    sigma = None if sigma == 0 else check_positive_finite("sigma", sigma)
+    if reference.role == "denoiser":
+        if sigma is None:
+            raise SmoothcertError("a denoiser is trained for a noise level: pass its --sigma > 0")
+        return _denoiser_arch(reference, arch, normalization, spec), sigma, None
+    if arch is None:
+        raise SmoothcertError(f"the {reference.name} format holds classifiers: pass --arch, "
+                              f"e.g. cifar_resnet110, or resnet50 for ImageNet")
+    return arch, sigma, resolve_normalization(reference, spec, normalization)
 
 
 # The DnCNN entries of microsoft/denoised-smoothing code/architectures.py: the file's 'arch' ->
