@@ -7,7 +7,10 @@ runs in its own subprocess, so that on CPU its peak resident memory is its own. 
 epoch as the median seconds per step × steps per epoch (the epoch's length at that batch size).
 
 Not timed: epoch hooks that run once in a while (easy_focus's p̂A estimate over the training set at
-its discard epoch, 100 draws per example, and every 10 epochs 16 draws; heat's teacher copy).
+its discard epoch, 100 draws per example, and every 10 epochs 16 draws; heat's teacher copy;
+catrs's ŷ table, N·N_T teacher passes once per run). Teachers are stand-ins (untrained weights of
+the run's architecture): a step costs the same whatever the weights. catrs builds its table from
+one teacher vote per image (``teacher_draws=1``): its step looks ŷ up, whatever N_T.
 
     python benchmarks/train_cost.py                      # Fashion-MNIST LeNet if installed
     python benchmarks/train_cost.py --runs gaussian consistency --rounds 5  # drifting machines
@@ -36,7 +39,8 @@ RUNS = ["gaussian", "gaussian_m2", "stability", "consistency", "smoothadv",
 RECIPES = {"gaussian_m2": "gaussian"}  # gaussian_m2: the forward/backward volume of consistency
 # easy_focus's sphere attack only starts after its discard epoch; we time that phase directly by
 # switching the (untimed, once-in-a-while) discard and reweigh passes off.
-OVERRIDES = {"easy_focus": {"discard": False, "reweigh": False}, "gaussian_m2": {"num_noise": 2}}
+OVERRIDES = {"easy_focus": {"discard": False, "reweigh": False}, "gaussian_m2": {"num_noise": 2},
+             "catrs": {"teacher_draws": 1}}  # the table's size, not N_T, reaches the step
 
 
 def main() -> None:
@@ -103,9 +107,16 @@ def time_one(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         if fields["method"] == "heat":  # fine-tunes a pretrained model: any weights time the same
             fields["init_checkpoint"] = pretrained_stand_in(fields, args.device, Path(tmp))
+        if fields["method"] == "catrs":  # its teacher's ŷ: a Gaussian model at σ_T = 0.25
+            fields["method_params"]["teacher_checkpoint"] = pretrained_stand_in(
+                {**fields, "sigma": fields["method_params"]["teacher_sigma"]}, args.device,
+                Path(tmp))
         config = TrainConfig.from_dict(fields)
         cost = Trainer(config, args.device).time_steps(args.steps, args.warmup)
-    return {**cost, "method_params": config.method_params}
+    params = dict(config.method_params)
+    if "teacher_checkpoint" in params:  # a temporary file: the table names what it was
+        params["teacher_checkpoint"] = "stand-in"
+    return {**cost, "method_params": params}
 
 
 def pretrained_stand_in(fields: dict, device: str, folder: Path) -> str:

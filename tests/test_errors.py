@@ -18,7 +18,8 @@ from smoothcert.errors import (
 # validator → (values it accepts, with what it returns; extra values it refuses)
 NUMBER_VALIDATORS = {
     "positive_finite": (check_positive_finite, [(2, 2.0), (0.5, 0.5), (1e-300, 1e-300),
-                                                (np.float64(3.0), 3.0)], [0, 0.0, -1.0]),
+                                                (np.float64(3.0), 3.0), (np.float32(0.25), 0.25),
+                                                (np.int64(2), 2.0)], [0, 0.0, -1.0]),
     "nonnegative": (check_nonnegative, [(0, 0.0), (0.0, 0.0), (7, 7.0), (2.5, 2.5)],
                     [-1e-9, -1]),
     "probability": (check_probability, [(0.001, 0.001), (0.5, 0.5), (np.float64(0.05), 0.05)],
@@ -27,7 +28,9 @@ NUMBER_VALIDATORS = {
                  [(0, 0.0), (0.3, 0.3), (1, 1.0)], [-0.1, 1.01]),
     "in_range_half_open": (lambda name, v: check_in_range(name, v, 0, 1, include_high=False),
                            [(0, 0.0), (0.99, 0.99)], [1, 1.0, -1]),
-    "count": (check_count, [(1, 1), (10**12, 10**12)], [0, -1, 1.0, 2.5, np.int64(3)]),
+    # numpy's integers are integers (Step 13: np.int64 n was refused); 1.0 is not
+    "count": (check_count, [(1, 1), (10**12, 10**12), (np.int64(3), 3), (np.uint8(7), 7)],
+              [0, -1, 1.0, 2.5, np.float64(3.0)]),
     "count_from_zero": (lambda name, v: check_count(name, v, minimum=0), [(0, 0), (5, 5)],
                         [-1, 0.0]),
 }

@@ -165,3 +165,40 @@ def test_the_training_log_resumes_after_the_checkpoint_epoch(tmp_path):
     assert path.read_text() == "epoch\tloss\n1\t1.0\n2\t0.5\n3\t0.75\n"
     with pytest.raises(RuntimeError, match="log columns changed"):
         log.append({"epoch": 4, "loss": 0.1, "extra": 0.0})
+
+
+# --------------------------------------------------------------------------- locks
+def test_a_file_lock_refuses_a_second_holder_until_released(tmp_path):
+    from smoothcert.io import FileLock
+
+    path = tmp_path / "x.lock"
+    with FileLock(path, "first"):
+        assert path.exists()
+        with pytest.raises(SmoothcertError, match="^busy: x$"):
+            FileLock(path, "busy: x")
+    assert not path.exists()  # removed on release
+    FileLock(path, "free again").release()
+
+
+def test_a_file_lock_whose_file_was_replaced_locks_the_new_file(tmp_path, monkeypatch):
+    """The holder removes the lock file just after our open: we must not lock the removed one."""
+    import fcntl
+
+    from smoothcert.io import FileLock
+
+    path, calls = tmp_path / "x.lock", {"n": 0}
+    real_flock = fcntl.flock
+
+    def flock(fd, op):
+        calls["n"] += 1
+        if calls["n"] == 1:  # the first file vanishes between our open and our flock
+            path.unlink()
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    lock = FileLock(path, "busy")
+    monkeypatch.undo()
+    assert calls["n"] == 2 and path.exists()
+    with pytest.raises(SmoothcertError):  # the file at the path is the one held
+        FileLock(path, "busy")
+    lock.release()

@@ -8,6 +8,7 @@ one line on stderr and exit code 2; Python users catch it as a ``ValueError``.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 
 
@@ -21,8 +22,10 @@ def unknown_name(kind: str, name: str, known: Iterable[str]) -> SmoothcertError:
 
 
 def _is_number(value) -> bool:
-    """An int or float that is not a bool: ``True`` must not pass as 1."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A real number that is not a bool (``True`` must not pass as 1): Python's int and float,
+    and numpy's scalars (``np.float32(0.25)``, ``np.int64(10)``; not ``np.bool_``), which register
+    as :class:`numbers.Real`."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def check_positive_finite(name: str, value: float) -> float:
@@ -66,12 +69,14 @@ MAX_INDEX = 2**63 - 1
 
 
 def check_count(name: str, value: int, minimum: int = 1, maximum: int | None = None) -> int:
-    """An int (not a bool) ≥ ``minimum`` (and ≤ ``maximum`` when given)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    """An integer (not a bool) ≥ ``minimum`` (and ≤ ``maximum`` when given), returned as a
+    Python int: numpy's integers (:class:`numbers.Integral`) pass, so that none reaches a JSON
+    manifest."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
         raise SmoothcertError(f"{name} must be an integer >= {minimum}, got {value!r}")
     if maximum is not None and value > maximum:
         raise SmoothcertError(f"{name} must be at most {maximum}, got {value!r}")
-    return value
+    return int(value)
 
 
 def check_bool(name: str, value: bool) -> bool:

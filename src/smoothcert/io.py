@@ -11,11 +11,16 @@
   :func:`read_tsv` never returns and :func:`trim_tsv` drops before a resumed run appends. Cells
   are written by :func:`format_value`: floats with ``repr`` (the shortest string that reads back
   to the same float), booleans as 0/1.
+* **A failed write names its file**: an ``OSError`` raised while writing (a full disk) carries
+  the path written, and :func:`disk_full_error` recognises a full disk or quota even where a
+  library (``torch.save``, safetensors) wrapped the ``OSError`` in its own error.
+* **One writer per file or folder** (:class:`FileLock`): an exclusive, non-blocking ``flock``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -38,9 +43,11 @@ def atomic_write(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
     It writes ``.NAME.<random>.tmp`` in ``path``'s folder (text as UTF-8, or bytes); at the end
     of the block the file is flushed, fsynced and renamed over ``path`` (``os.replace``), and the
     folder is fsynced so that the rename survives a crash. If the block raises, the temporary
-    file is removed and ``path`` is left as it was. A new file gets the permissions of a plain
-    ``open`` (0o666 less the umask); a file replaced keeps its own permission bits (a shared
-    document at 0o664 stays 0o664, a private one at 0o600 stays private). The folder must exist.
+    file is removed and ``path`` is left as it was; an ``OSError`` that names no file (a write
+    into a full disk) is given ``path`` as its ``filename``. A new file gets the permissions of
+    a plain ``open`` (0o666 less the umask); a file replaced keeps its own permission bits (a
+    shared document at 0o664 stays 0o664, a private one at 0o600 stays private). The folder
+    must exist.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
@@ -51,10 +58,18 @@ def atomic_write(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        _name_file(e, path)
         raise
     fsync_dir(path.parent)
+
+
+def _name_file(e: BaseException, path) -> None:
+    """Give an ``OSError`` of a write that names no file (``write``, ``flush`` and ``fsync``
+    errors do not) the path being written, so that its one-line message can say which file."""
+    if isinstance(e, OSError) and e.errno is not None and e.filename is None:
+        e.filename = os.fspath(path)
 
 
 def _keep_mode(path: Path, fd: int) -> None:
@@ -114,6 +129,87 @@ def check_not_input(out: str | os.PathLike, inputs: Iterable, flag: str = "--out
             raise SmoothcertError(f"{flag} would overwrite {path}, {what}; choose another {flag}")
 
 
+# --------------------------------------------------------------------------- full disks, locks
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# What a full disk reads as once a library has turned its OSError into its own error: the
+# OS's words, and Rust's (safetensors: "... Os { code: 28, kind: StorageFull ... }").
+_DISK_FULL_WORDS = ("no space left on device", "disk quota exceeded", "storagefull",
+                    "os error 28")
+
+
+def disk_full_error(e: BaseException) -> OSError | None:
+    """The ``OSError`` of a full disk or quota behind ``e``, or None when ``e`` is something
+    else. ``e`` itself, or an error it was raised from or during (``torch.save`` into a full
+    disk raises ``RuntimeError: [enforce fail at inline_container.cc] unexpected pos`` while
+    handling the file's ``OSError``), or an error whose text says so (one without an
+    ``OSError`` behind it comes back as a new ``OSError(ENOSPC)``)."""
+    seen = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in DISK_FULL:
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    if any(words in str(e).lower() for words in _DISK_FULL_WORDS):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return None
+
+
+class FileLock:
+    """An exclusive, non-blocking ``flock`` on the file ``path`` (created if missing), held until
+    :meth:`release` (or the end of a ``with`` block), which removes the file.
+
+    Taken while a record file or a run folder is written, it makes a second writer (a double
+    launch, two shards given one index, two ``train`` runs into one ``--out``) fail at once with
+    the one-line ``SmoothcertError(busy)`` instead of interleaving its writes with the first's.
+    The kernel drops the lock when its process dies, so a killed run never blocks the rerun.
+    Where ``fcntl`` is missing (Windows) nothing is locked.
+    """
+
+    def __init__(self, path: str | os.PathLike, busy: str):
+        self.path = Path(path)
+        self._fd = None
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            return
+        # A lock file removed by its releasing owner between our open and our flock would
+        # leave us locking a file no one else sees: retry on the file now at the path.
+        for _ in range(10):
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise SmoothcertError(busy) from None
+            if _same_inode(fd, self.path):
+                self._fd = fd
+                return
+            os.close(fd)
+        raise SmoothcertError(busy)
+
+    def release(self) -> None:
+        """Remove the lock file and drop the lock (in this order: see ``__init__``)."""
+        if self._fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> FileLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _same_inode(fd: int, path: Path) -> bool:
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
 # --------------------------------------------------------------------------- hashing
 def file_sha256(path: str | os.PathLike) -> str:
     """The SHA-256 of a checkpoint file's bytes, as 64 hex digits, read in 1 MiB blocks."""
@@ -147,11 +243,39 @@ def format_row(values: Iterable) -> str:
 
 def append_rows(file: IO[str], rows: Iterable[Iterable]) -> None:
     """Append ``rows`` (each a sequence of cell values) to the open text ``file``, then flush and
-    fsync it: when this returns, the rows are on disk."""
-    for row in rows:
-        file.write(format_row(row))
-    file.flush()
-    os.fsync(file.fileno())
+    fsync it: when this returns, the rows are on disk. An ``OSError`` (a full disk) is given
+    the file's name."""
+    try:
+        for row in rows:
+            file.write(format_row(row))
+        file.flush()
+        os.fsync(file.fileno())
+    except OSError as e:
+        _name_file(e, getattr(file, "name", "?"))
+        raise
+
+
+def append_lines(path: str | os.PathLike, lines: Iterable[Iterable]) -> None:
+    """Append the TSV ``lines`` (each a sequence of cell values) to the file ``path`` (created if
+    missing) and fsync it, all or nothing: a write that fails (a full disk) cuts the file back
+    to its size before, which needs no space, and raises the ``OSError`` naming ``path``. The
+    bytes go straight to the file (no buffer that a later close could flush half of)."""
+    data = "".join(format_row(line) for line in lines).encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            _name_file(e, path)
+            raise
+    finally:
+        os.close(fd)
 
 
 def read_tsv(path: str | os.PathLike) -> list[list[str]]:

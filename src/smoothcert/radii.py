@@ -8,6 +8,10 @@ import math
 from .errors import SmoothcertError
 
 MAX_RADII = 10_000  # a radius grid longer than this is a typo, not a table
+# Inputs lie in [0, 1]^d, so no two are farther apart than d (L1) or √d (L2): a larger radius
+# certifies nothing more than the whole input space. 1e12 keeps every image size (d ≤ 1e12)
+# and keeps r / σ finite in float64 for any σ above 1e-296 (Φ(r/σ) then needs no overflow).
+MAX_RADIUS = 1e12
 
 
 def parse_radii(text: str) -> tuple[float, ...]:
@@ -15,7 +19,8 @@ def parse_radii(text: str) -> tuple[float, ...]:
 
     Grid points are ``round(start + i·step, 10)``, so ``"0:0.5:0.1"`` gives exactly
     0, 0.1, 0.2, 0.3, 0.4, 0.5 (no accumulated floating-point error). Radii must be finite,
-    non-negative and distinct; anything else raises SmoothcertError.
+    non-negative, at most :data:`MAX_RADIUS` and distinct (−0 reads as 0); anything else raises
+    SmoothcertError.
     """
     text = str(text).strip()
     if not text:
@@ -34,9 +39,11 @@ def _parse_range(text: str) -> tuple[float, ...]:
         raise SmoothcertError(f"radii {text!r}: step must be positive, got {step!r}")
     if stop < start:
         raise SmoothcertError(f"radii {text!r}: stop {stop!r} is below start {start!r}")
-    count = math.floor((stop - start) / step + 1e-9) + 1  # 1e-9: stop counts despite rounding
-    if count > MAX_RADII:
-        raise SmoothcertError(f"radii {text!r} give {count} radii; at most {MAX_RADII} allowed")
+    steps = (stop - start) / step + 1e-9  # 1e-9: stop counts despite rounding; inf: step ≪ span
+    if steps >= MAX_RADII:  # (floor(steps) + 1 radii: checked before floor, which refuses inf)
+        raise SmoothcertError(f"radii {text!r} give more than {MAX_RADII} radii; at most "
+                              f"{MAX_RADII} allowed")
+    count = math.floor(steps) + 1
     return tuple(round(start + i * step, 10) for i in range(count))
 
 
@@ -47,7 +54,10 @@ def _number(part: str, text: str) -> float:
         raise SmoothcertError(f"radii {text!r}: {part.strip()!r} is not a number") from None
     if not math.isfinite(value):
         raise SmoothcertError(f"radii {text!r}: {part.strip()!r} is not a finite number")
-    return value
+    if value > MAX_RADIUS:
+        raise SmoothcertError(f"radii {text!r}: {part.strip()} is above {MAX_RADIUS:g}, farther "
+                              "than two inputs in [0, 1]^d can lie apart (d in L1, √d in L2)")
+    return value + 0.0  # -0.0 -> 0.0
 
 
 def _check_radii(radii: tuple[float, ...], text: str) -> None:

@@ -35,7 +35,11 @@ def recipe(method: str) -> Path:
 @pytest.mark.parametrize("method", sorted(n for n, cls in METHODS.items()
                                           if cls.trains == "classifier"))
 def test_method_trains_from_the_cli_with_its_recipe(method, pretrained, tmp_path):
-    extra = ["--init-from", str(pretrained), "--param", "num_steps=1"] if method == "heat" else []
+    extra = {  # heat fine-tunes a Gaussian model; CAT-RS learns from a σ = 0.5 Gaussian teacher
+        "heat": ["--init-from", str(pretrained), "--param", "num_steps=1"],
+        "catrs": ["--param", f"teacher_checkpoint={pretrained}", "--param", "teacher_sigma=0.5",
+                  "--param", "teacher_draws=16"],
+    }.get(method, [])
     out = tmp_path / method
     assert main(["train", "--config", str(recipe(method)), *COMMON, *extra,
                  "--out", str(out)]) == 0

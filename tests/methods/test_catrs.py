@@ -15,11 +15,11 @@ from torch import nn
 from smoothcert import Gaussian, SmoothcertError
 from smoothcert.cli.app import main
 from smoothcert.methods import EpochContext, build_method
-from smoothcert.methods.catrs import catrs_loss, kl_pgd, load_teacher, vote_frequencies
+from smoothcert.methods.catrs import catrs_loss, kl_pgd
 from smoothcert.models.checkpoint import load_checkpoint
 from smoothcert.smoothing.attacks import draw_noises
 from smoothcert.training import TrainConfig
-from smoothcert.training import loop as loop_module
+from smoothcert.training.optim import OPTIMIZERS, SCHEDULES
 from smoothcert.training.recipes import load_recipe
 
 F64 = torch.float64
@@ -206,7 +206,7 @@ def context(model, num_epochs: int = 10) -> EpochContext:
 
 def test_the_method_draws_from_its_generator_in_the_documented_order():
     model, (x, y, *_) = tiny_model(), inputs(7)
-    method = build_method("catrs", num_noise=M, lbd=1.5, num_steps=2, epsilon=0.5)
+    method = build_method("catrs", num_noise=M, lbd=1.5, num_steps=2, epsilon=0.5, target="self")
     noise = Gaussian(0.25)
     state = torch.get_rng_state()
     out = method.loss(model, x, y, noise, torch.Generator().manual_seed(3))
@@ -222,7 +222,7 @@ def test_the_method_draws_from_its_generator_in_the_documented_order():
 def test_a_per_sample_sigma_noises_every_copy_of_input_i_at_sigma_i():
     model, (x, y, *_) = tiny_model(), inputs(9)
     sigma = torch.tensor([0.1, 0.2, 0.4, 0.8, 1.6], dtype=F64)
-    method = build_method("catrs", num_noise=M, num_steps=1)
+    method = build_method("catrs", num_noise=M, num_steps=1, target="self")
     out = method.loss(model, x, y, Gaussian(sigma), torch.Generator().manual_seed(2))
     gen = torch.Generator().manual_seed(2)
     noises = draw_noises(Gaussian(sigma), x, M, gen)
@@ -234,74 +234,21 @@ def test_a_per_sample_sigma_noises_every_copy_of_input_i_at_sigma_i():
 
 
 def test_double_epsilon_epoch_is_recomputed_at_every_epoch_start():
-    method = build_method("catrs", epsilon=0.5, double_epsilon_epoch=3)
+    method = build_method("catrs", epsilon=0.5, double_epsilon_epoch=3, target="self")
     assert [method.epsilon_at(e) for e in range(5)] == [0.5, 0.5, 0.5, 1.0, 1.0]
-    resumed = build_method("catrs", epsilon=0.5, double_epsilon_epoch=3)  # as after a resume
+    resumed = build_method("catrs", epsilon=0.5, double_epsilon_epoch=3,  # as after a resume
+                           target="self")
     resumed.on_epoch_start(4, context(tiny_model()))
     assert resumed.current_epsilon == 1.0 and resumed.state_dict() == {}
     x, y, *_ = inputs()
     out = resumed.loss(tiny_model(), x, y, Gaussian(0.25), torch.Generator().manual_seed(0))
     assert out["epsilon"].item() == 1.0
-    never = build_method("catrs", epsilon=0.5)
+    never = build_method("catrs", epsilon=0.5, target="self")
     never.on_epoch_start(1000, context(tiny_model()))
     assert never.current_epsilon == 0.5
 
 
-# --------------------------------------------------------------------------- the teacher
-def test_vote_frequencies_are_the_fractions_of_noisy_votes():
-    always_3 = nn.Sequential(nn.Flatten(), nn.Linear(64, C)).double()
-    with torch.no_grad():
-        always_3[1].weight.zero_()
-        always_3[1].bias.copy_(F.one_hot(torch.tensor(3), C))
-    x = inputs()[0]
-    gen = torch.Generator().manual_seed(0)
-    votes = vote_frequencies(always_3, x, Gaussian(0.25), 7, gen)
-    torch.testing.assert_close(votes, F.one_hot(torch.full((B,), 3), C).double())
-    votes = vote_frequencies(tiny_model(), x, Gaussian(2.0), 8, gen)
-    torch.testing.assert_close(votes.sum(dim=1), torch.ones(B, dtype=F64))
-    assert torch.equal(votes * 8, (votes * 8).round())
-
-
-def save_teacher(path: Path, model: nn.Module) -> str:
-    torch.save({"format": "smoothcert-checkpoint", "state_dict": model.state_dict()}, path)
-    return str(path)
-
-
-def test_the_teacher_target_is_its_votes_drawn_after_the_noise(tmp_path):
-    torch.manual_seed(11)
-    teacher = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, C)).double()
-    path = save_teacher(tmp_path / "t.pt", teacher)
-    method = build_method("catrs", num_noise=M, target="teacher", teacher_checkpoint=path,
-                          teacher_draws=5, num_steps=1)
-    model, (x, y, *_) = tiny_model(), inputs(8)
-    with pytest.raises(SmoothcertError, match="on_epoch_start"):
-        method.loss(model, x, y, Gaussian(0.5), torch.Generator().manual_seed(0))
-    method.on_epoch_start(0, context(model))
-    out = method.loss(model, x, y, Gaussian(0.5), torch.Generator().manual_seed(1))
-    out["loss"].backward()
-    loaded = method.teacher
-    assert not loaded.training and all(p.grad is None and not p.requires_grad
-                                       for p in loaded.parameters())
-    for mine, theirs in zip(loaded.state_dict().values(), teacher.state_dict().values()):
-        assert torch.equal(mine, theirs)
-    gen = torch.Generator().manual_seed(1)
-    noises = draw_noises(Gaussian(0.5), x, M, gen)
-    votes = vote_frequencies(teacher, x, Gaussian(0.25), 5, gen)
-    u = torch.rand((B, M), generator=gen, dtype=F64)
-    expected = catrs_loss(model, x, y, noises, u, target=votes, epsilon=1.0, num_steps=1, lbd=1.0)
-    torch.testing.assert_close(out["loss"].detach(), expected["loss"].detach(), rtol=0, atol=0)
-
-
-def test_a_bad_teacher_checkpoint_is_refused_clearly(tmp_path):
-    with pytest.raises(SmoothcertError, match="cannot read the catrs teacher"):
-        load_teacher(str(tmp_path / "missing.pt"), tiny_model())
-    torch.save({"weights": 1}, tmp_path / "odd.pt")
-    with pytest.raises(SmoothcertError, match="not a smoothcert checkpoint"):
-        load_teacher(str(tmp_path / "odd.pt"), tiny_model())
-    wide = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, C))
-    path = save_teacher(tmp_path / "wide.pt", wide)
-    with pytest.raises(SmoothcertError, match="does not fit the model's architecture"):
-        load_teacher(path, tiny_model())
+# The teacher's ŷ table, its lookup by index and its resume: tests/methods/test_catrs_teacher.py.
 
 
 # --------------------------------------------------------------------------- hyperparameters
@@ -315,12 +262,17 @@ def test_a_bad_teacher_checkpoint_is_refused_clearly(tmp_path):
         ({"lbd": float("nan")}, "lbd must be a finite number >= 0"),
         ({"confidence_mask": 1}, "confidence_mask must be true or false"),
         ({"double_epsilon_epoch": -2}, "double_epsilon_epoch must be an integer >= 0"),
-        ({"target": "nope"}, "target must be one of self, teacher"),
-        ({"target": "teacher"}, "needs teacher_checkpoint=PATH"),
-        ({"teacher_checkpoint": "t.pt"}, "only read with target='teacher'"),
-        ({"target": "teacher", "teacher_checkpoint": ""}, "teacher_checkpoint must be a path"),
-        ({"teacher_sigma": 0.0}, "teacher_sigma must be a positive finite number"),
-        ({"teacher_draws": 0}, "teacher_draws must be an integer >= 1"),
+        ({"target": "nope"}, "target must be one of teacher, self"),
+        ({}, "needs teacher_checkpoint=PATH: train the teacher with the gaussian method.*"
+             "or choose the named variant target=self"),
+        ({"target": "self", "teacher_checkpoint": "t.pt"}, "only read with target='teacher'"),
+        ({"teacher_checkpoint": ""}, "teacher_checkpoint must be a path"),
+        ({"teacher_sigma": 0.0, "teacher_checkpoint": "t.pt"},
+         "teacher_sigma must be a positive finite number"),
+        ({"teacher_draws": 0, "teacher_checkpoint": "t.pt"},
+         "teacher_draws must be an integer >= 1"),
+        ({"teacher_draws": 40_000, "teacher_checkpoint": "t.pt"},
+         "teacher_draws must be at most 32767"),  # counts are kept as int16
         ({"eps": 1.0}, "unknown hyperparameter.*eps"),
     ],
 )
@@ -329,19 +281,68 @@ def test_bad_hyperparameters_are_refused(hparams, match):
         build_method("catrs", **hparams)
 
 
+# The authors' lr in epoch e (0-based) of their 150-epoch runs: StepLR(step_size=50, γ=0.1)
+# stepped as ``scheduler.step(epoch)`` after epoch e, so epoch e runs at lr·γ^(max(e − 1, 0) // 50):
+# the decays land on epochs 51 and 101, where their logs' training loss drops
+# (data/fmnist/noise_0.25/cat-rs/log.txt: 0.138 → 0.132 at 51, 0.126 → 0.125 at 101;
+# data/cifar10/noise_0.25/cat-rs/log.txt: 0.306 → 0.271 at 51, 0.166 → 0.134 at 101; their lr
+# column, get_lr(), prints γ² at those two epochs, an artefact of calling it after step(epoch)).
+def authors_lr(base: float, epoch: int) -> float:
+    return base * 0.1 ** (max(epoch - 1, 0) // 50)
+
+
+def recipe_lrs(config) -> list[float]:
+    """The lr of each epoch of ``config`` as the trainer runs it: read at the epoch's start, the
+    schedule stepped once after it."""
+    model = nn.Linear(1, 1)
+    optimizer = OPTIMIZERS[config.optimizer](model.parameters(), config)
+    schedule = SCHEDULES[config.lr_schedule](optimizer, config)
+    lrs = []
+    for _ in range(config.epochs):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    return lrs
+
+
+def catrs_recipes():
+    return [p for d in ("mnist", "fashion-mnist", "cifar10")
+            for p in sorted((CONFIGS / d).glob("catrs_s*.yaml"))]
+
+
+TEACHER_RECIPES = sorted(CONFIGS.glob("*/gaussian_teacher_*.yaml"))
+
+
+@pytest.mark.parametrize("path", catrs_recipes() + TEACHER_RECIPES,
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_the_recipes_lr_in_every_epoch_is_the_authors(path):
+    """CAT-RS and its teacher (their train_cohen.py --lr_step_size 50 --epochs 150): 150 epochs,
+    lr 0.01 (MNIST family) or 0.1 (CIFAR-10), × 0.1 from epochs 51 and 101."""
+    config = TrainConfig.from_dict(load_recipe(path))
+    base = 0.1 if config.dataset == "cifar10" else 0.01
+    assert config.epochs == 150
+    expected = [authors_lr(base, e) for e in range(150)]
+    assert recipe_lrs(config) == pytest.approx(expected, rel=1e-12)
+
+
 def test_the_recipes_carry_the_authors_values():
     """λ per σ on CIFAR-10 (EXPERIMENTS.MD), λ = 1 on the MNIST family; m = 4, ε = 1, T = 4 and
-    one SGD step per 256/m = 64 inputs everywhere; 150 epochs with decays at 50 and 100."""
+    one SGD step per 256/m = 64 inputs everywhere; ŷ from the dataset's Gaussian σ = 0.25
+    teacher recipe with the authors' N = 10,000 votes."""
     lbd = {"cifar10": {0.25: 0.5, 0.5: 1.0, 1.0: 2.0}}
-    for dataset in ("mnist", "fashion-mnist", "cifar10"):
-        for path in sorted((CONFIGS / dataset).glob("catrs_s*.yaml")):
-            config = TrainConfig.from_dict(load_recipe(path))
-            params = config.method_params
-            assert params["lbd"] == lbd.get(dataset, {}).get(config.sigma, 1.0), path.name
-            assert (params["num_noise"], params["epsilon"], params["num_steps"]) == (4, 1.0, 4)
-            assert config.batch_size == 64 and config.epochs == 150
-            assert config.lr_milestones == (50, 100)
-            assert params["target"] == ("self" if dataset == "fashion-mnist" else "teacher")
+    for path in catrs_recipes():
+        config = TrainConfig.from_dict(load_recipe(path))
+        params, dataset = config.method_params, config.dataset
+        assert params["lbd"] == lbd.get(dataset, {}).get(config.sigma, 1.0), path.name
+        assert (params["num_noise"], params["epsilon"], params["num_steps"]) == (4, 1.0, 4)
+        assert config.batch_size == 64
+        assert params["target"] == "teacher" and params["teacher_draws"] == 10_000
+        assert params["teacher_sigma"] == 0.25
+        teacher = f"runs/{dataset}/gaussian_teacher_s025/checkpoint.pt"
+        assert params["teacher_checkpoint"] == teacher, path.name
+        recipe = TrainConfig.from_dict(load_recipe(CONFIGS / dataset /
+                                                   "gaussian_teacher_s025.yaml"))
+        assert (recipe.method, recipe.sigma, recipe.dataset) == ("gaussian", 0.25, dataset)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -349,50 +350,11 @@ def test_trains_from_the_cli_on_digits(tmp_path):
     out = tmp_path / "run"
     assert main(["train", "--method", "catrs", "--dataset", "digits", "--arch", "digits_cnn",
                  "--sigma", "0.25", "--epochs", "1", "--batch", "64", "--out", str(out),
-                 "--no-progress"]) == 0
+                 "--param", "target=self", "--no-progress"]) == 0
     meta = load_checkpoint(out / "checkpoint.pt").meta
-    assert meta["method"] == {"name": "catrs", "hparams": build_method("catrs").hparams()}
+    assert meta["method"] == {"name": "catrs", "variant": "target=self",
+                              "hparams": build_method("catrs", target="self").hparams()}
     header, row = (out / "log.tsv").read_text().splitlines()
     values = dict(zip(header.split("\t"), map(float, row.split("\t"))))
     assert values["loss"] == pytest.approx(values["low"] + values["high"])  # λ = 1
     assert 0 <= values["high_fraction"] <= 1 and values["epsilon"] == 1.0
-
-
-SMALL = ["--method", "catrs", "--dataset", "digits", "--arch", "digits_cnn", "--sigma", "0.25",
-         "--batch", "64", "--train-size", "128", "--no-progress", "--device", "cpu"]
-
-
-@pytest.fixture(scope="module")
-def teacher(tmp_path_factory):
-    out = tmp_path_factory.mktemp("teacher") / "gaussian"
-    assert main(["train", *SMALL, "--method", "gaussian", "--epochs", "1",
-                 "--out", str(out)]) == 0
-    return out / "checkpoint.pt"
-
-
-def test_an_interrupted_run_resumes_to_the_uninterrupted_weights(teacher, tmp_path, monkeypatch):
-    """Two epochs with the teacher target and ε doubled from epoch 1: a run killed after saving
-    epoch 1 and resumed with --resume ends with the straight run's weights (so the resumed run
-    reloads its teacher and recomputes ε)."""
-    params = ["--param", "target=teacher", "--param", f"teacher_checkpoint={teacher}",
-              "--param", "double_epsilon_epoch=1", "--param", "num_steps=2", "--epochs", "2"]
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert main(["train", *SMALL, *params, "--out", str(straight)]) == 0
-    real_save = loop_module._save
-
-    def save_then_die(path, trainer):
-        real_save(path, trainer)
-        if trainer.epoch == 1:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(loop_module, "_save", save_then_die)
-    assert main(["train", *SMALL, *params, "--out", str(resumed)]) == 130
-    monkeypatch.undo()
-    assert load_checkpoint(resumed / "checkpoint.pt").meta["epoch"] == 1
-    assert main(["train", *SMALL, *params, "--out", str(resumed), "--resume"]) == 0
-    a, b = load_checkpoint(straight / "checkpoint.pt"), load_checkpoint(resumed / "checkpoint.pt")
-    assert b.meta["epoch"] == 2
-    for key, value in a.state_dict.items():
-        torch.testing.assert_close(b.state_dict[key], value, rtol=0, atol=1e-6)
-    rows = [line.split("\t") for line in (resumed / "log.tsv").read_text().splitlines()]
-    assert [float(v) for v in dict(zip(rows[0], zip(*rows[1:])))["epsilon"]] == [1.0, 2.0]

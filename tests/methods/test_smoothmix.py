@@ -128,6 +128,90 @@ def test_adversary_and_clean_side_match_the_authors_attack(case):
                                torch.tensor(expected["clean_distance"]), rtol=1e-5, atol=1e-6)
 
 
+# With BatchNorm: the same cases and inputs, the model ``bn_model()`` (its BatchNorm's running
+# statistics set apart from any batch's, so that the eval-mode attack and the train-mode losses
+# normalise differently). Computed by the harness of tools/golden/smoothmix_golden.py (its
+# ``load_authors_train``, ``_injected``, ``_attacker``, ``_RecordingOptimizer``; torch 2.14.1 CPU)
+# with ``inputs`` replaced by :func:`bn_inputs`, on their code/train.py at blob d7aeea1b (also
+# alinlab/smoothing-catrs code/train_smoothmix.py @ d4bc576): one step of their ``train()``,
+# then the BatchNorm's running mean and variance. Their step runs the attack in eval mode (the
+# statistics untouched) and two train-mode forward passes, the m clean copies together and the
+# m mixed copies together, so the statistics move twice (num_batches_tracked = 2) and each
+# normalisation is over m·B rows: what ours must do too.
+GOLDEN_BN = {
+    "plain": {
+        "loss": 4.720727443695068, "grad_norm": 23.697264827058838,
+        "running_mean": [
+            -0.446639419, -0.399430096, -0.349745661, -0.305499256, -0.210421324, 0.00999937207,
+            -0.0606325269, 0.0048077479, 0.0180083327, 0.0716684684, 0.188392982, 0.197526723,
+            0.23221837, 0.348732322, 0.336102486, 0.398959577,
+        ],
+        "running_var": [
+            0.418060929, 0.492583543, 0.587798834, 0.656217575, 0.736533046, 0.823700011,
+            0.894452512, 0.985009849, 1.06245887, 1.15126216, 1.23164821, 1.30257046,
+            1.38354397, 1.46351719, 1.54405892, 1.62831604,
+        ],
+    },
+    "one_step_warmup": {
+        "loss": 3.132204055786133, "grad_norm": 11.126857661171572,
+        "running_mean": [
+            -0.451221287, -0.403014272, -0.36250478, -0.306690097, -0.210851073, 0.0232125074,
+            -0.0632299334, -0.00131489988, 0.0192556307, 0.0727924109, 0.185044914, 0.196702763,
+            0.231453896, 0.358415723, 0.34268555, 0.40015012,
+        ],
+        "running_var": [
+            0.427542359, 0.499461591, 0.598958254, 0.667721152, 0.752938211, 0.833557546,
+            0.899602175, 1.00178623, 1.06836212, 1.16588485, 1.25562894, 1.3105545,
+            1.39051831, 1.47126091, 1.56289983, 1.63529944,
+        ],
+    },
+    "maxnorm": {
+        "loss": 3.9732789993286133, "grad_norm": 14.385959626648448,
+        "running_mean": [
+            -0.450051039, -0.401833057, -0.348371267, -0.305918068, -0.208799154, -0.00110428035,
+            -0.0641713664, -0.000997102819, 0.0157901607, 0.0727022663, 0.186773092, 0.202712685,
+            0.23528485, 0.345919251, 0.335697562, 0.399741083,
+        ],
+        "running_var": [
+            0.421894819, 0.492893189, 0.586021304, 0.655121744, 0.737297118, 0.821080148,
+            0.894715309, 0.985686421, 1.06157064, 1.15274024, 1.23295963, 1.30396116,
+            1.38331485, 1.4635483, 1.54361916, 1.62908006,
+        ],
+    },
+}
+
+
+def bn_inputs(m: int):
+    """golden.inputs(m) with Linear(64, 16) → BatchNorm1d(16) → ReLU → Linear(16, 10)."""
+    _, x, y, eps, u = golden.inputs(m)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.BatchNorm1d(16), nn.ReLU(),
+                          nn.Linear(16, 10))
+    with torch.no_grad():
+        model[4].weight.mul_(8.0)
+        model[2].running_mean.copy_(torch.linspace(-0.5, 0.5, 16))
+        model[2].running_var.copy_(torch.linspace(0.5, 2.0, 16))
+    return model, x, y, eps, u
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_BN))
+def test_with_batchnorm_the_loss_gradient_and_running_statistics_match_the_authors(case):
+    c, expected = golden.CASES[case], GOLDEN_BN[case]
+    model, x, y, eps, _ = bn_inputs(c["m"])
+    model.train()
+    out = golden_method(c, model).loss(
+        model, x, y, FixedNoise([e * c["sigma"] for e in eps]), torch.Generator().manual_seed(3))
+    out["loss"].backward()
+    assert out["loss"].item() == pytest.approx(expected["loss"], rel=1e-5)
+    assert grad_norm(model) == pytest.approx(expected["grad_norm"], rel=1e-5)
+    bn = model[2]
+    assert int(bn.num_batches_tracked) == 2 and model.training
+    torch.testing.assert_close(bn.running_mean, torch.tensor(expected["running_mean"]),
+                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(bn.running_var, torch.tensor(expected["running_var"]),
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_golden_inputs_exercise_both_sides_of_the_mask():
     """The golden numbers test the mask only if some inputs are and some are not classified
     correctly by the soft smoothed classifier, with no near-tie a rounding could flip."""

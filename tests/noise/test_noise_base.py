@@ -5,6 +5,7 @@ one line), where before it was silently optimized with the Gaussian formula, whi
 runs with it and its own radius."""
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -72,6 +73,31 @@ def test_every_noise_declares_its_capabilities(name):
     if not cls.per_sample_sigma:
         with pytest.raises(SmoothcertError, match="needs one σ"):
             cls(torch.tensor([0.25, 0.5]))
+
+
+@pytest.mark.parametrize("name", list(NOISES))
+def test_a_huge_sigma_is_drawn_at_or_refused_at_once(name):
+    """σ = 1e30 (item 5.1 of step 13): the discrete Gaussian built a table of ~3060σ exact
+    thresholds and never returned; now each noise either draws or refuses at once, saying its
+    bound."""
+    cls, started = NOISES[name], time.perf_counter()
+    if cls.max_sigma < 1e30:
+        with pytest.raises(SmoothcertError, match=rf"noise '{name}' takes sigma <= "
+                                                  rf"{cls.max_sigma:g}, got 1e\+30: \w+"):
+            cls(1e30)
+    else:
+        noise = cls(1e30)
+        assert noise.sample(torch.zeros(2, 1, 2, 2), torch.Generator().manual_seed(0)).shape \
+            == (2, 1, 2, 2)
+    assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize("name", list(NOISES))
+def test_numpy_scalars_are_numbers_and_bools_are_not(name):
+    assert NOISES[name](np.float32(0.25)).sigma == 0.25
+    assert NOISES[name](np.int64(1)).sigma == 1.0
+    with pytest.raises(SmoothcertError, match="σ must be a number or a tensor, got bool"):
+        NOISES[name](True)
 
 
 def test_public_names_and_the_capability_lists():

@@ -5,6 +5,7 @@ counterexample: float smoothing certifies a radius that an input 0.78 away viola
 discrete noise's certificate holds there."""
 
 import math
+import time
 
 import mpmath
 import numpy as np
@@ -13,6 +14,8 @@ import torch
 from scipy.stats import beta, chi2, norm
 from torch import nn
 
+from conftest import write_checkpoint
+from smoothcert.cli.app import main
 from smoothcert.errors import SmoothcertError
 from smoothcert.noise import discrete_gaussian as sound_noise
 from smoothcert.noise.base import NOISES
@@ -198,3 +201,29 @@ def test_radius_is_the_authors_r1(top, n, alpha):
     authors = sigma * norm.ppf(beta.ppf(alpha, top, n - top + 1))
     ours = DiscreteGaussian(sigma).radius(clopper_pearson_lower(top, n, alpha))
     assert ours == pytest.approx(authors, rel=1e-12)
+
+
+# --------------------------------------------------------------------------- σ's bound
+@pytest.mark.parametrize("sigma", [1e30, 1000.0, sound_noise.MAX_SIGMA * (1 + 1e-9)])
+def test_a_sigma_beyond_the_bound_is_refused_before_the_table(sigma):
+    """Step 13, item 5.1: σ = 1000 built a table for minutes and σ = 1e30 never ended; the
+    bound is refused at once, by the noise and by the table's helpers."""
+    started = time.perf_counter()
+    for make in (DiscreteGaussian, NOISES["discrete-gaussian-quantized"], _Table.of, pmf,
+                 sound_noise.variance):
+        with pytest.raises(SmoothcertError, match=r"takes sigma <= 16, got .*: its exact "
+                                                  r"sampler builds a table"):
+            make(sigma)
+    assert time.perf_counter() - started < 0.5
+    assert DiscreteGaussian.max_sigma == sound_noise.MAX_SIGMA == 16.0
+
+
+def test_the_cli_refuses_a_huge_sigma_in_one_line_and_writes_nothing(tmp_path, capsys):
+    checkpoint = write_checkpoint(tmp_path / "ck.pt")
+    out = tmp_path / "x.tsv"
+    code = main(["certify", str(checkpoint), "--noise", "discrete-gaussian-quantized",
+                 "--sigma", "1e30", "--n0", "20", "--n", "200", "--max", "1", "--device", "cpu",
+                 "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "takes sigma <= 16" in err[0]
+    assert not out.exists()

@@ -8,7 +8,6 @@ from smoothcert.runs.records import (
     manifest_path,
     merge_records,
     open_records,
-    parse_duration,
     read_records,
     shard_indices,
     shard_path,
@@ -130,11 +129,11 @@ def test_merge_refuses_gaps_duplicates_and_mixed_configs(tmp_path):
 def test_reads_cohen_files_with_timedelta_times(tmp_path):
     path = tmp_path / "cohen.tsv"
     path.write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n"
-                    "0\t3\t3\t0.51\t1\t0:00:01.500000\n20\t8\t-1\t0.0\t0\t1:02:03.25\n")
+                    "0\t3\t3\t0.51\t1\t0:00:01.500000\n20\t8\t-1\t0.0\t0\t1:02:03.25\n"
+                    "40\t1\t1\t0.2\t1\t2 days, 0:00:01\n")
     rec = read_records(path)
-    assert list(rec["time"]) == [1.5, 3723.25] and list(rec["predict"]) == [3, -1]
-    assert rec.manifest is None
-    assert parse_duration("2 days, 0:00:01") == 2 * 86400 + 1
+    assert list(rec["time"]) == [1.5, 3723.25, 2 * 86400 + 1]
+    assert list(rec["predict"]) == [3, -1, 1] and rec.manifest is None
 
 
 def test_malformed_record_files(tmp_path):

@@ -188,6 +188,53 @@ def test_ddn_returns_x_where_the_noisy_vote_is_already_wrong():
     assert torch.equal(out.adversarial, x)
 
 
+# --------------------------------------------------------------------------- one search, all ε
+@pytest.mark.parametrize("init_norm", [None, 0.7])
+def test_ddn_search_within_epsilon_is_the_attack_at_epsilon_bit_for_bit(init_norm):
+    """ε only projects DDN's result (and starts its norm when init_norm is null): the search,
+    projected onto each ε-ball, is the attack at that ε from the same generator state."""
+    model, (x, _) = mlp(), batch()
+    noises = noises_for(x, m=3, sigma=0.5)
+    y = majority_vote(noisy_logits(model, x, noises))  # labels the noisy vote gets right
+    ddn = DDN(num_steps=6, init_norm=init_norm)
+    objective = SoftSmoothedObjective(model, y, noises)
+    eps = torch.linspace(0.1, 2.0, B)
+    for epsilon in (0.3, 1.2, eps):
+        gen_a, gen_b = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+        adv = ddn.attack_objective(model, objective, x, epsilon=epsilon, generator=gen_a)
+        found = ddn.search(model, objective, x, epsilon=None if init_norm else epsilon,
+                           generator=gen_b)
+        assert torch.equal(x + found.within(epsilon), adv)
+        assert torch.equal(gen_a.get_state(), gen_b.get_state())
+        assert not found.random.any() and ddn.epsilon_free == (init_norm is not None)
+    assert (found.delta.flatten(1).norm(dim=1) > 0).sum() >= B // 2  # it found something
+    with pytest.raises(SmoothcertError, match="needs epsilon"):
+        DDN(num_steps=2).search(model, objective, x)
+
+
+def test_ddn_search_flags_random_directions():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(D, K))
+    nn.init.zeros_(model[1].weight)  # a constant model: ∇L = 0, every step is random
+    x, y = torch.full((B,) + SHAPE, 0.5), torch.zeros(B, dtype=torch.long)
+    objective = SoftSmoothedObjective(model, y, torch.zeros((1,) + x.shape))
+    found = DDN(num_steps=2, init_norm=1.0).search(model, objective, x)
+    assert found.random.all() and torch.equal(found.delta, torch.zeros_like(x))
+    smooth = mlp()
+    objective = SoftSmoothedObjective(smooth, y, torch.zeros((1,) + x.shape))
+    found = DDN(num_steps=2, init_norm=1.0).search(smooth, objective, x)
+    assert not found.random.any() and not PGDL2().epsilon_free
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_skip_draws_leaves_the_generator_where_the_attack_does(name):
+    model, (x, y) = mlp(), batch()
+    ran, skipped = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    attacker = attack(name, num_steps=4)
+    attacker.attack(model, x, y, noises_for(x), epsilon=0.5, generator=ran)
+    attacker.skip_draws(x, skipped)
+    assert torch.equal(ran.get_state(), skipped.get_state())
+
+
 # --------------------------------------------------------------------------- constraints
 @pytest.mark.parametrize("name", sorted(ATTACKS))
 @pytest.mark.parametrize("eps", [0.05, 0.5, 3.0, "per-input"])

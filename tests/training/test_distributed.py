@@ -68,7 +68,7 @@ METHOD_CASES = {
     # input is classified alike, so p̂ is 0 or 1 and K (1 or m) does not depend on the draw;
     # ε = 0 keeps the worst-case noise at the drawn one while the attack's passes still run
     "catrs": dict(method="catrs", method_params={"num_noise": 2, "num_steps": 1,
-                                                 "epsilon": 0.0}),
+                                                 "epsilon": 0.0, "target": "self"}),
 }
 
 # The resume check trains with real noise: same config, same number of processes.

@@ -89,3 +89,28 @@ def test_bad_recipes(tmp_path):
         load_recipe(tmp_path / "list.yaml")
     with pytest.raises(SmoothcertError, match="cannot read"):
         load_recipe(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\x00\xff\xfe", r"recipe .*base\.yaml is not a text file: byte 0xff at offset 1 is not "
+                     r"UTF-8"),
+    (b"epochs: [1\nseed: 2\n", r"recipe .*base\.yaml is not valid YAML: expected ',' or ']', "
+                               r"but got ':' \(line 2, column 5\)$"),
+    (b"seed: !!python/name:os.system\n", r"tag '!!python/name:os.system' is not allowed"),
+    (b"seed: !custom 3\n", r"tag '!custom' is not allowed, only plain YAML values "
+                           r"\(line 1, column 7\)$"),
+    (b"a: &x [*x]\n", r"base\.yaml contains itself"),
+    (b"a: " + b"[" * 1000, r"base\.yaml is not valid YAML: nested too deeply$"),
+])
+def test_a_base_recipe_that_is_not_yaml_text_is_one_line_naming_it(tmp_path, content, message):
+    # the chain names the file at fault, here the base, not the recipe the user gave
+    (tmp_path / "base.yaml").write_bytes(content)
+    (tmp_path / "r.yaml").write_text("base: base.yaml\nepochs: 3\n")
+    with pytest.raises(SmoothcertError, match=message) as info:
+        load_recipe(tmp_path / "r.yaml")
+    assert "\n" not in str(info.value)
+
+
+def test_a_folder_as_recipe(tmp_path):
+    with pytest.raises(SmoothcertError, match=r"cannot read recipe .*: Is a directory$"):
+        load_recipe(tmp_path)

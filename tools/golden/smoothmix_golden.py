@@ -4,18 +4,28 @@ Usage::
 
     git clone https://github.com/jh-jeong/smoothmix /tmp/smix_ref
     git -C /tmp/smix_ref checkout cb1fd33055a29d0c41bbc429a982fdec709e993c
-    python tools/golden/smoothmix_golden.py /tmp/smix_ref
+    python tools/golden/smoothmix_golden.py /tmp/smix_ref              # GOLDEN
+    python tools/golden/smoothmix_golden.py /tmp/smix_ref --batchnorm  # GOLDEN_BN
 
 The argument is a checkout of jh-jeong/smoothmix (the folder holding ``code/train.py``); their
-code is imported from there and nothing of it is copied here. The script runs one training step
+code is imported from there and nothing of it is copied here. alinlab/smoothing-catrs @ d4bc576
+holds the same file as ``code/train_smoothmix.py`` (same blob): copy it to ``code/train.py``
+there to use that checkout. The script runs one training step
 of their ``train()`` (``code/train.py``, commit cb1fd33, blob d7aeea1b) per case on fixed small
-inputs and prints what ``tests/methods/test_smoothmix.py`` hard-codes:
+inputs and prints what ``tests/methods/test_smoothmix.py`` hard-codes, ``GOLDEN``:
 
 - ``loss``: the value of ``loss`` in ``train()`` (``losses.avg`` after one update);
 - ``grad_norm``: ‖∇_θ loss‖₂ over all parameters, read by a stand-in optimizer whose ``step()``
   records the gradients and changes nothing;
 - ``adv_distance`` / ``clean_distance``: ‖x̂ − x‖₂ and ‖x_s − x‖₂ per input, from their
   ``SmoothMix_PGD.attack`` on the same inputs and noises (the attack has no randomness).
+
+With ``--batchnorm``, ``GOLDEN_BN``: the same cases on :func:`bn_inputs` (a BatchNorm1d after
+the first layer, its running statistics set apart from any batch's, so that the eval-mode attack
+and the train-mode losses normalise differently): ``loss`` and ``grad_norm`` as above, then the
+BatchNorm's ``running_mean`` and ``running_var`` after their step (float32, 9 significant
+digits) and ``num_batches_tracked`` (their step runs two train-mode forward passes, the m clean
+copies together and the m mixed copies together: 2).
 
 Inputs (:func:`inputs`, rebuilt identically by the test): the model
 ``Sequential(Flatten, Linear(64, 16), ReLU, Linear(16, 10))`` initialised after
@@ -75,6 +85,21 @@ def inputs(m: int):
     eps = torch.randn((m, B) + SHAPE, generator=torch.Generator().manual_seed(2))
     u = torch.rand(B, generator=torch.Generator().manual_seed(3))
     return model, x, torch.tensor(LABELS), eps, u
+
+
+def bn_inputs(m: int):
+    """:func:`inputs` with the model ``Sequential(Flatten, Linear(64, 16), BatchNorm1d(16), ReLU,
+    Linear(16, 10))`` (seed 0, last weight × 8), its running mean linspace(−0.5, 0.5, 16) and
+    running variance linspace(0.5, 2.0, 16)."""
+    _, x, y, eps, u = inputs(m)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.BatchNorm1d(16), nn.ReLU(),
+                          nn.Linear(16, K))
+    with torch.no_grad():
+        model[4].weight.mul_(8.0)
+        model[2].running_mean.copy_(torch.linspace(-0.5, 0.5, 16))  # not any batch's statistics
+        model[2].running_var.copy_(torch.linspace(0.5, 2.0, 16))
+    return model, x, y, eps, u
 
 
 def _git_blob_hash(path: Path) -> str:
@@ -150,9 +175,9 @@ def _attacker(mod, c: dict):
     return attacker
 
 
-def run_case(mod, c: dict) -> dict:
-    """One step of their ``train()`` and one call of their attack on the fixed inputs."""
-    model, x, y, eps, u = inputs(c["m"])
+def _train_step(mod, c: dict, model, x, y, eps, u) -> tuple[float, float]:
+    """(loss, ‖∇_θ loss‖₂) of one step of their ``train()`` on one batch, the model updated in
+    nothing but its BatchNorm statistics (the optimizer records, it does not step)."""
     mod.args.num_noise_vec, mod.args.eta, mod.args.warmup_v = c["m"], c["eta"], c["warmup"]
     mod.args.n_classes = K
     mod._chunk_minibatch = lambda batch, num_batches: iter([batch])
@@ -160,26 +185,55 @@ def run_case(mod, c: dict) -> dict:
     with _injected(eps, u), contextlib.redirect_stdout(io.StringIO()):
         loss = mod.train([(x, y)], model, optimizer, 0, c["sigma"], _attacker(mod, c),
                          torch.device("cpu"), _Writer())
+    return loss, optimizer.grad_norms[0]
+
+
+def run_case(mod, c: dict) -> dict:
+    """One step of their ``train()`` and one call of their attack on the fixed inputs."""
+    model, x, y, eps, u = inputs(c["m"])
+    loss, grad_norm = _train_step(mod, c, model, x, y, eps, u)
     model.eval()
     noises = [e * c["sigma"] for e in eps]  # as their train() scales torch.randn_like
     clean, adv = _attacker(mod, c).attack(model, x, y, noises=noises)
     return {
         "loss": loss,
-        "grad_norm": optimizer.grad_norms[0],
+        "grad_norm": grad_norm,
         "adv_distance": (adv - x).flatten(1).norm(dim=1).tolist(),
         "clean_distance": (clean - x).flatten(1).norm(dim=1).tolist(),
     }
 
 
+def run_bn_case(mod, c: dict) -> dict:
+    """One step of their ``train()`` on :func:`bn_inputs`, then the BatchNorm's statistics."""
+    model, x, y, eps, u = bn_inputs(c["m"])
+    loss, grad_norm = _train_step(mod, c, model, x, y, eps, u)
+    bn = model[2]
+    return {
+        "loss": loss,
+        "grad_norm": grad_norm,
+        "running_mean": _float32s(bn.running_mean),
+        "running_var": _float32s(bn.running_var),
+        "num_batches_tracked": int(bn.num_batches_tracked),
+    }
+
+
+def _float32s(t: torch.Tensor) -> list[float]:
+    return [float(f"{v:.9g}") for v in t.tolist()]  # 9 digits: exact for a float32
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkout", type=Path, help="a checkout of jh-jeong/smoothmix")
-    checkout = parser.parse_args().checkout.resolve()
+    parser.add_argument("--batchnorm", action="store_true",
+                        help="print GOLDEN_BN (the model with BatchNorm) instead of GOLDEN")
+    args = parser.parse_args()
+    checkout = args.checkout.resolve()
     mod = load_authors_train(checkout)
-    print(f"torch {torch.__version__}; {checkout}/code/train.py")
-    print("GOLDEN = {")
-    for name, case in CASES.items():
-        print(f"    {name!r}: {run_case(mod, case)!r},")
+    name, run = ("GOLDEN_BN", run_bn_case) if args.batchnorm else ("GOLDEN", run_case)
+    print(f"# torch {torch.__version__}; {checkout}/code/train.py")
+    print(f"{name} = {{")
+    for case_name, case in CASES.items():
+        print(f"    {case_name!r}: {run(mod, case)!r},")
     print("}")
 
 

@@ -27,6 +27,19 @@ What the papers do (and what we do):
   the record keeps ‖x' − x‖₂ (≤ ε_k; DDN's own minimal-norm search often returns less). The
   distance is an upper bound on the smallest adversarial distance the attack can reach, within
   one grid step. Nothing flips up to the cap: ``success`` = 0, distance of the last attempt.
+  Two shortcuts make it cheaper. DDN's search does not depend on ε (ε only projects its
+  result, as the authors' ``max_norm``), so it runs once per input and each ε_k projects it,
+  with the generator advanced as a rerun would: the outputs and every PREDICT draw are those of
+  attacking afresh (where the search took a random direction, at a zero gradient, it is rerun).
+  And PREDICT never judges a point twice: once ε_k exceeds the norm of DDN's result, or where
+  DDN found nothing (x), the output repeats a point already judged as the label, and the search
+  goes on to the cap without drawing. Repeating PREDICT there, as the search first did, only
+  gave a point PREDICT had kept at the label another chance to abstain (which Salman et al.'s
+  verdict counts as a success), at n draws per budget. Records are the first version's up to
+  the first repeated point; past it, DDN's differ in the last PREDICT's counts (that point was
+  judged at an earlier budget) and where a repeat had flipped. ``benchmarks/attack.py``: 3.0×
+  less CPU time on 12 Fashion-MNIST test images at n = 1,000 (all identical), 5.0× on 4 at
+  n = 10,000.
 
 Defaults (Campbell et al.'s attack scripts): 20 steps, m = 100, cap 4.0, PGD step 2ε/T, DDN
 γ = 0.05 and initial norm 1.0 (``--init-norm-DDN 256``/256). Deviation: DDN iterates are not
@@ -109,8 +122,9 @@ class AttackSettings:
 class AttackOutcome:
     """One input attacked. ``adversarial`` (C, H, W) is the input PREDICT judged last (x itself
     when the clean prediction already misses the label), ``distance`` = ‖adversarial − x‖₂,
-    ``epsilon`` the budget that produced it (0 when not attacked), ``attempts`` the number of
-    attacks run. ``success``: PREDICT at ``adversarial`` is not the label (a wrong class or an
+    ``epsilon`` the budget that ended the search (0 when not attacked, the cap when nothing
+    flipped), ``attempts`` its place k in the grid (the budgets tried; attacks and PREDICT calls
+    may be fewer). ``success``: PREDICT at ``adversarial`` is not the label (a wrong class or an
     abstention)."""
 
     adversarial: torch.Tensor
@@ -148,17 +162,45 @@ class SmoothedAttack:
             return AttackOutcome(x, clean, clean, True, 0.0, 0.0, 0)
         # 2. the m noises of the soft objective, drawn once and kept for every ε (or fresh)
         objective = self._objective(x, label, generator)
-        # 3. raise ε over the budgets until PREDICT at the attack's output misses the label
+        # 3. raise ε over the budgets until PREDICT at the attack's output misses the label;
+        #    a point PREDICT has judged already (x itself, or DDN's result once ε exceeds its
+        #    norm) is not judged again: fresh draws would only retest a known verdict
         budgets = self.settings.budgets()
-        for attempt, eps in enumerate(budgets, start=1):
-            adversarial = self._attacker.attack_objective(
-                self.smoothed.model, objective, x[None], epsilon=eps, generator=generator)[0]
-            final = self._predict(adversarial, generator)
+        judged, final = x, clean
+        outputs = self._outputs(objective, x, budgets, generator)
+        for attempt, (eps, adversarial) in enumerate(zip(budgets, outputs), start=1):
+            if not torch.equal(adversarial, judged):
+                judged, final = adversarial, self._predict(adversarial, generator)
             if final.prediction != label or attempt == len(budgets):
-                distance = float((adversarial - x).double().norm())
-                return AttackOutcome(adversarial, clean, final, final.prediction != label,
+                distance = float((judged - x).double().norm())
+                return AttackOutcome(judged, clean, final, final.prediction != label,
                                      distance, eps, attempt)
         raise AssertionError("unreachable: budgets() is never empty")
+
+    def _outputs(self, objective, x, budgets, generator):
+        """The attack's output (C, H, W) at each budget in turn, each computed when asked for
+        (after PREDICT at the one before, as the generator's order requires).
+
+        An ε-free attack (DDN with a set ``init_norm``) on fixed noises searches alike at every
+        ε, which only projects its result (:meth:`~smoothcert.smoothing.attacks.DDN.search`):
+        it runs once, and each later budget draws what a rerun would have drawn, so the outputs
+        and every later draw are those of attacking afresh at each ε. An input whose search
+        followed a random direction depends on the generator's state: it is rerun per budget.
+        """
+        attacker, model, batch = self._attacker, self.smoothed.model, x[None]
+        search = None
+        if attacker.epsilon_free and not self.settings.fresh_noise:
+            search = attacker.search(model, objective, batch, generator=generator)
+        reusable = search is not None and not bool(search.random.any())
+        for k, eps in enumerate(budgets):
+            if k == 0 and search is not None:
+                yield (batch + search.within(eps))[0]  # the first budget's own run
+            elif reusable:
+                attacker.skip_draws(batch, generator)
+                yield (batch + search.within(eps))[0]
+            else:
+                yield attacker.attack_objective(model, objective, batch, epsilon=eps,
+                                                generator=generator)[0]
 
     __call__ = attack
 

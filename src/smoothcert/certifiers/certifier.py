@@ -85,6 +85,11 @@ class Certifier(Configurable, abc.ABC):
         depends on the others', e.g. the data-dependent memory)."""
         return True
 
+    def check(self, config) -> None:
+        """Refuse a run configuration (a ``RunConfig``) this certifier cannot serve, before any
+        file is written: raise :class:`~smoothcert.errors.SmoothcertError`."""
+        return None
+
     def start(self, run: RunContext) -> None:
         """Called once per run before any program, with the rows already written when resuming:
         a certifier that keeps state across inputs rebuilds it here."""

@@ -30,7 +30,7 @@ import numpy as np
 from scipy.stats import norm
 
 from .. import radii
-from ..errors import check_count, check_probability
+from ..errors import SmoothcertError, check_count, check_probability
 from ..registry import option
 from ..smoothing.engine import Draws
 from ..smoothing.smoothed import Smoothed
@@ -109,7 +109,13 @@ def default_radii(sigma: float, alpha: float, n_max: int) -> np.ndarray:
     """0, 0.25, 0.5, … up to the largest radius fixed-n CERTIFY with n_max draws can reach:
     σΦ⁻¹(α^(1/n_max)), the radius of n_max hits out of n_max (e.g. 0.95 for σ = 0.25,
     α = 0.001, n = 100,000), so every grid radius is one that fixed-n could certify."""
-    reach = sigma * norm.ppf(alpha ** (1.0 / n_max))
+    best = alpha ** (1.0 / n_max)  # p_lower of n_max hits out of n_max
+    if best <= 0.5:  # then no radius, not even 0, can be certified
+        needed = math.floor(math.log(alpha) / math.log(0.5)) + 1
+        raise SmoothcertError(
+            f"n = {n_max} draws cannot certify any radius at alpha {alpha}: even {n_max} hits "
+            f"of {n_max} give a lower bound of {best:.3g}, not above 1/2; use n >= {needed}")
+    reach = sigma * norm.ppf(best)
     return RADIUS_STEP * np.arange(math.floor(reach / RADIUS_STEP) + 1)
 
 
@@ -160,6 +166,9 @@ class Sequential(Certifier):
         def __post_init__(self):
             SEQUENTIAL_TESTS[self.test]  # an unknown name raises with the list of known ones
             parse_radii(self.radii, 1.0, 0.5, 2)
+
+    def check(self, config):
+        parse_radii(self.radii, config.sigma, config.alpha, config.n)
 
     def start(self, run):
         cfg = run.config

@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from ..errors import SmoothcertError
+from ..io import disk_full_error
 from .common import COMMANDS, Parser, add_subcommands
 
 # Each module registers its commands on import, so the order of these imports is the order in
@@ -46,12 +47,12 @@ def main(argv=None) -> int:
         print(f"smoothcert {args.command}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(
-            f"smoothcert {args.command}: error: {e.strerror or e}: {e.filename or ''}",
-            file=sys.stderr,
-        )
+        print(f"smoothcert {args.command}: error: {_os_error(args, e)}", file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as e:
+        if disk_full_error(e) is not None:  # a library's own error for a full disk
+            print(f"smoothcert {args.command}: error: {_os_error(args, e)}", file=sys.stderr)
+            return 2
         if not _out_of_memory(e):
             raise
         print(f"smoothcert {args.command}: error: {_memory_advice(args, e)}", file=sys.stderr)
@@ -61,6 +62,22 @@ def main(argv=None) -> int:
         print(f"smoothcert {args.command}: interrupted; {hint}", file=sys.stderr)
         return 130
     return 0
+
+
+def _os_error(args, e: BaseException) -> str:
+    """One line for a file that could not be read or written: the cause and the file (the
+    writers of :mod:`smoothcert.io` name the file of every failed write); for a full disk or
+    quota, what to do next (the command's resume hint)."""
+    full = disk_full_error(e)
+    error = full if full is not None else e
+    cause = getattr(error, "strerror", None) or str(error) or type(error).__name__
+    files = [f for f in (getattr(error, "filename", None), getattr(error, "filename2", None))
+             if f is not None]
+    where = f": {' -> '.join(map(str, files))}" if files else ""
+    if full is None:
+        return f"{cause}{where}"
+    hint = COMMANDS[args.command].resume_hint
+    return f"{cause}{where}; free some space, then {hint}"
 
 
 def _out_of_memory(e: BaseException) -> bool:

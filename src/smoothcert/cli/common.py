@@ -133,16 +133,39 @@ INDEX = int_at_most(MAX_INDEX, "2**63-1: int64 example indices")
 
 def parse_params(items, flag: str = "--param") -> dict:
     """``["KEY=VALUE", ...]`` -> ``{KEY: VALUE}``, each VALUE read as YAML (a number where Python
-    reads one); an item without ``=`` or without a key is a SmoothcertError naming ``flag``."""
-    import yaml
-
+    reads one) with ``yaml.safe_load``, so a tag never builds an object or runs code. An item
+    without ``=`` or without a key, or whose VALUE is not YAML, is one SmoothcertError line
+    naming ``flag``, the item and the problem."""
     params = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SmoothcertError(f"{flag} takes KEY=VALUE, got {item!r}")
-        params[key] = _number_or_yaml(yaml.safe_load(value))
+            raise SmoothcertError(f"{flag} takes KEY=VALUE, got {_shown(item)}")
+        params[key] = _number_or_yaml(_yaml_value(value, f"{flag} {_shown(item)}: the value "
+                                                         f"of {key}"))
     return params
+
+
+def _yaml_value(text: str, where: str):
+    """The YAML value of ``text``, or one SmoothcertError line: ``where`` (the flag, the item),
+    then the problem (YAML's first line, with the column within the value)."""
+    import yaml
+
+    from ..training.recipes import contains_itself, yaml_problem
+
+    try:
+        value = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as err:
+        raise SmoothcertError(f"{where} is not valid YAML: {yaml_problem(err)}") from None
+    if contains_itself(value):  # an alias inside its own anchor: `&a [*a]`
+        raise SmoothcertError(f"{where} contains itself (a YAML alias inside its anchor)")
+    return value
+
+
+def _shown(item: str, width: int = 60) -> str:
+    """``item`` quoted for an error line, cut to about ``width`` characters (a long value would
+    push the problem off the line)."""
+    return repr(item if len(item) <= width else item[: width - 1] + "…")
 
 
 def _number_or_yaml(value):
@@ -215,6 +238,15 @@ def progress_bars(args) -> bool:
     if args.progress == "auto":
         return sys.stderr.isatty()
     return args.progress == "always"
+
+
+def progress_mode(args):
+    """How a dataset run shows progress: ``"bar"`` on a terminal (or ``--progress always``),
+    ``"lines"`` off one under ``--progress auto`` (a plain line every 30 s, so that a log can
+    tell a long run from a hang), ``False`` for ``never``."""
+    if progress_bars(args):
+        return "bar"
+    return "lines" if args.progress == "auto" else False
 
 
 def is_main_rank() -> bool:

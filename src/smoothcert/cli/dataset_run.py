@@ -14,7 +14,7 @@ from .common import (
     example_args,
     image_size_arg,
     is_main_rank,
-    progress_bars,
+    progress_mode,
     resolve_device,
     workers_arg,
 )
@@ -133,7 +133,7 @@ def run_certifier(certifier: str, args, options: dict) -> None:
         workers=args.workers,
         engine={"precision": args.precision, "channels_last": args.channels_last,
                 "compile": args.compile},
-        progress=progress_bars(args) and is_main_rank(),
+        progress=progress_mode(args) if is_main_rank() else False,
         denoiser=args.denoiser,
     )
     print(f"records: {shard_path(args.out, *shard)}")

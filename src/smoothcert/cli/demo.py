@@ -14,7 +14,7 @@ from ..evaluation.report import report
 from ..io import file_sha256
 from ..runs import RunConfig, run_dataset
 from ..training import TrainConfig, train
-from .common import add_common, command, progress_bars, resolve_device
+from .common import add_common, command, progress_mode, resolve_device
 
 SIGMA = 0.25
 TRAIN = TrainConfig(dataset="digits", arch="digits_cnn", method="gaussian", sigma=SIGMA,
@@ -27,23 +27,28 @@ RADII = "0:1:0.125"
 
 def run_demo(out, device="cpu", progress=True) -> str:
     """Train, certify and report into folder ``out``, each step resumed from its files there;
-    the markdown table printed last is returned."""
+    the markdown table printed last is returned. ``progress``: True or "bar" (bars), "lines"
+    (plain lines while certifying), False (quiet but for the steps' lines)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     # one line per step, so that a log without progress bars (not a terminal) still says where
     # the couple of minutes go
     print(f"training the digits CNN ({TRAIN.epochs} epochs, σ={SIGMA}) into {out / 'train'}",
           flush=True)
-    checkpoint = train(TRAIN, out / "train", device=device, resume=True, progress=progress,
+    bars = progress in (True, "bar")
+    checkpoint = train(TRAIN, out / "train", device=device, resume=True, progress=bars,
                        epoch_lines=True)
-    print(f"certifying the digits test split (n={N}) into {out / 'certify.tsv'}", flush=True)
+    # N counts noise draws per image, the table's n images: the lines say which is which
+    print(f"certifying the digits test split ({N:,} noise draws per image) into "
+          f"{out / 'certify.tsv'}", flush=True)
     cfg = RunConfig(certifier="certify", checkpoint_sha256=file_sha256(checkpoint),
                     dataset="digits", split="test", sigma=SIGMA, n=N, alpha=ALPHA, batch=BATCH,
                     seed=0, n0=N0,
                     device_type=device.type if hasattr(device, "type") else str(device))
     records = run_dataset(cfg, checkpoint, out / "certify.tsv", device=device, progress=progress)
     table = report([records], parse_radii(RADII), fmt="md", plot=out / "certified_accuracy.png")
-    print(f"\nCertified accuracy of the σ={SIGMA} smoothed digits CNN (n={N}, α={ALPHA}):\n")
+    print(f"\nCertified accuracy of the σ={SIGMA} smoothed digits CNN ({N:,} noise draws per "
+          f"image, α={ALPHA}; the table's n counts test images):\n")
     print(table)
     print(f"records: {records}\nplot: {out / 'certified_accuracy.png'}")
     return table
@@ -58,4 +63,4 @@ def _demo_args(p):
     "demo", "train a digits CNN with Gaussian noise, certify its test split, report", _demo_args
 )
 def cmd_demo(args):
-    run_demo(args.out, device=resolve_device(args.device), progress=progress_bars(args))
+    run_demo(args.out, device=resolve_device(args.device), progress=progress_mode(args))

@@ -100,8 +100,10 @@ def cmd_report(args):
     if (args.into is None) != (args.block is None):
         raise SmoothcertError("--into DOC and --block NAME go together")
     _check_report_mode(args)
+    if not args.train:
+        _check_record_paths(args.files)
     if args.into is not None:
-        _check_into(args.into, args.files, args.train)
+        _check_into(args, args.files, args.train)
         check_block(args.into, args.block)
     radii = args.radii if args.radii is not None else REPORT_RADII
     if args.train:
@@ -115,6 +117,43 @@ def cmd_report(args):
     if args.into is not None:
         splice_block(args.into, args.block, table)
     print(table, end="")
+    _say_written(args)
+
+
+WRITTEN = (("plot", "plot"), ("ecdf", "p̂_A ECDF"), ("sigma_hist", "σ histogram"),
+           ("into", "table"))
+"""(argument, what it receives) of report's outputs besides the table on stdout."""
+
+
+def _say_written(args) -> None:
+    """One line per file written, on stderr (stdout holds the table alone, for a pipe), in the
+    ``what: PATH`` form of the other commands' outputs (``records: ...``, ``merged: ...``)."""
+    import sys
+
+    for name, what in WRITTEN:
+        path = getattr(args, name)
+        if path is not None:
+            block = f" (block {args.block})" if name == "into" else ""
+            print(f"{what}: {path}{block}", file=sys.stderr)
+
+
+def _check_record_paths(files) -> None:
+    """Each file is a record file, not a folder: a training run folder is reported with
+    ``--train``; any other folder's record files are named one by one."""
+    from pathlib import Path
+
+    for name in files:
+        folder = Path(name)
+        if not folder.is_dir():
+            continue
+        tsv = ", ".join(sorted(p.name for p in folder.glob("*.tsv") if p.name != "log.tsv"))
+        inside = f" (record files there: {tsv})" if tsv else ""
+        if any((folder / f).is_file() for f in ("checkpoint.pt", "config.yaml", "log.tsv")):
+            raise SmoothcertError(f"{name} is a training run folder, not a record file; "
+                                  f"compare training runs with report --train {name}, or give "
+                                  f"a record file{inside}")
+        raise SmoothcertError(f"{name} is a folder, not a record file; give the record files "
+                              f"to report{inside}")
 
 
 def _check_report_mode(args) -> None:
@@ -135,16 +174,17 @@ def _check_report_mode(args) -> None:
                               " or run report without " + mode)
 
 
-def _check_into(doc, files, train: bool) -> None:
+def _check_into(args, files, train: bool) -> None:
     """``--into DOC`` must not be a file the report reads: a record file or its manifest, or
-    (``--train``) a run folder's files."""
+    (``--train``) a run folder's files; nor a figure the report writes."""
+    from ..evaluation.report import check_outputs
     from ..io import check_not_input
-    from ..runs.records import manifest_path
 
     if train:
         from pathlib import Path
 
         read = [f for folder in files for f in Path(folder).glob("*") if f.is_file()]
-    else:
-        read = [*files, *map(manifest_path, files)]
-    check_not_input(doc, read, "--into")
+        check_not_input(args.into, read, "--into")
+        return
+    check_outputs(files, {"--plot": args.plot, "--ecdf": args.ecdf,
+                          "--sigma-hist": args.sigma_hist, "--into": args.into})

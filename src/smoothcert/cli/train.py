@@ -130,8 +130,9 @@ def cmd_train(args):
         from ..io import check_not_input
         from ..training.loop import CHECKPOINT
 
-        check_not_input(os.path.join(args.out, CHECKPOINT), [config.init_checkpoint],
-                        what="the --init-from checkpoint")
+        init = config.init_checkpoint  # a checkpoint file, or a run folder holding one
+        check_not_input(os.path.join(args.out, CHECKPOINT),
+                        [init, os.path.join(init, CHECKPOINT)], what="the --init-from checkpoint")
     if args.deterministic:
         import torch
 

@@ -24,7 +24,15 @@ statistics): one example's gradient then does not depend on the others, and the 
 buffers are not updated. The method is put in its state of the last training epoch:
 its saved state (e.g. heat's teacher, easy_focus's kept examples) is restored when the checkpoint
 was trained with the same method, then ``on_epoch_start(last epoch)`` sets warm-up ε, deferred
-λ or the easy_focus attack as they were at the end of training.
+λ or the easy_focus attack as they were at the end of training, on the run's own training split
+(:func:`training_split`: the ``train_size`` subset where the run had one).
+
+``split="train"`` of the checkpoint's own dataset measures that training split too, so row
+``idx`` is the example's position in it (the index the trainer gave the loss). A method with
+``needs_indices`` (CAT-RS with its teacher: ŷ is a table with one row per training example) gets
+``idx=`` in its loss: the example's row of its saved table on the run's training split; on any
+other split (or without a saved table) its epoch hook builds the per-example state over the
+measured examples instead (CAT-RS: the teacher's votes at them; the teacher file must exist).
 
 Grad-norm files keep the per-example results (:data:`GRAD_NORM_COLUMNS`: idx, label, p_hat,
 grad_norm) with a manifest ``FILE.manifest.json`` holding the settings that produced them
@@ -91,34 +99,45 @@ def label_frequency(model: nn.Module, x: torch.Tensor, label: int, noise, n: int
 
 
 def loss_gradient_norm(model: nn.Module, method, x: torch.Tensor, label: int, noise,
-                       generator=None) -> float:
+                       generator=None, index: int | None = None) -> float:
     """‖∇_θ method.loss(model, x[None], [label])["loss"]‖₂ over the trainable parameters,
-    with the model in eval mode (restored afterwards). x is one input (C, H, W)."""
+    with the model in eval mode (restored afterwards). x is one input (C, H, W); ``index`` is
+    its row in the method's per-example state, passed as ``idx=`` to a method that
+    ``needs_indices`` (required there)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise SmoothcertError("the model has no trainable parameters; no gradient to measure")
     y = torch.tensor([label], device=x.device)
+    extra = {}
+    if getattr(method, "needs_indices", False):
+        if index is None:
+            raise SmoothcertError(f"{type(method).__name__}'s loss looks up each example by its "
+                                  "training-set index: pass index=")
+        extra["idx"] = torch.tensor([index], device=x.device)
     with eval_mode(model), torch.enable_grad():
-        loss = method.loss(model, x[None], y, noise, generator)["loss"]
+        loss = method.loss(model, x[None], y, noise, generator, **extra)["loss"]
         grads = torch.autograd.grad(loss, params, allow_unused=True)
     return float(torch.sqrt(sum(g.double().pow(2).sum() for g in grads if g is not None)))
 
 
 def gradient_norms(model: nn.Module, method, noise, inputs: torch.Tensor, labels, *, n: int,
                    num_classes: int, batch_size: int = 1000, seed: int = 0, idx=None,
-                   progress=None) -> GradNorms:
+                   rows=None, progress=None) -> GradNorms:
     """p̂_A and the loss-gradient norm of each example (``inputs`` (N, C, H, W) in [0, 1],
-    ``labels`` (N,)); ``idx`` (default 0..N−1) names the examples for their generators."""
+    ``labels`` (N,)); ``idx`` (default 0..N−1) names the examples for their generators;
+    ``rows`` (default ``idx``) are their rows in the method's per-example state, the ``idx=``
+    of a method that ``needs_indices``."""
     check_count("n", n)
     device = model_device(model)
     idx = np.arange(len(inputs)) if idx is None else np.asarray(idx, dtype=np.int64)
+    rows = idx if rows is None else np.asarray(rows, dtype=np.int64)
     ys, p_hat, norms = np.empty(len(idx), dtype=np.int64), np.empty(len(idx)), np.empty(len(idx))
     for i, (k, x, y) in enumerate(zip(idx, inputs, labels, strict=True)):
         gen = example_generator(seed, int(k), device)
         x, y = x.to(device), int(y)
         ys[i] = y
         p_hat[i] = label_frequency(model, x, y, noise, n, num_classes, batch_size, gen)
-        norms[i] = loss_gradient_norm(model, method, x, y, noise, gen)
+        norms[i] = loss_gradient_norm(model, method, x, y, noise, gen, int(rows[i]))
         if progress is not None:
             progress.update()
     return GradNorms(idx, ys, p_hat, norms, n)
@@ -152,30 +171,52 @@ def easy_hard_table(summary: EasyHard):
 
 # --------------------------------------------------------------------------- from a checkpoint
 def method_at_end_of_training(name: str, params: dict, checkpoint, model: nn.Module, noise,
-                              *, device, seed: int = 0, data_root=None):
+                              *, device, seed: int = 0, data_root=None, examples=None):
     """``build_method(name, **params)`` in its state of the checkpoint's last training epoch.
 
     When the checkpoint was trained with ``name``, its hyperparameters are the defaults (``params``
     override them) and its saved method state is restored. Then ``on_epoch_start`` runs for the
-    last epoch, with the training split as the epoch's data (e.g. easy_focus's reweighing draws
-    from it) and a generator seeded from (seed, 0, 1).
+    last epoch, with the run's training split (:func:`training_split`) as the epoch's data (e.g.
+    easy_focus's reweighing draws from it) and a generator seeded from (seed, 0, 1).
+
+    ``examples`` (a dataset of the measured examples), for a method that ``needs_indices``:
+    its saved per-example state does not cover them (another split), so it is not restored and
+    the epoch hook builds the state over ``examples`` instead; their rows are then 0 … N−1.
     """
-    from ..data.datasets import load_dataset
     from ..methods import EpochContext, build_method
 
     meta, state = checkpoint.meta, checkpoint.train_state or {}
     same = meta.get("method", {}).get("name") == name
     method = build_method(name, **_method_hparams(name, params, meta))
-    if same and "method" in state:
+    rebuild = examples is not None and method.needs_indices
+    if same and "method" in state and not rebuild:
         method.load_state_dict(state["method"])
     epochs = int(meta.get("epoch", 0))
     generator = torch.Generator(device=device).manual_seed(derived_seed(seed, 0, 1))
-    data = load_dataset(meta["dataset"], "train", data_root=data_root).to(device)
+    data = examples if rebuild else training_split(meta, data_root)
     total = int(meta.get("config", {}).get("epochs", epochs) or epochs)
     method.on_epoch_start(max(epochs - 1, 0), EpochContext(
-        num_epochs=max(total, 1), model=model, train_data=data, noise=noise,
+        num_epochs=max(total, 1), model=model, train_data=data.to(device), noise=noise,
         generator=generator, device=torch.device(device)))
     return method
+
+
+def training_split(meta: dict, data_root=None):
+    """The examples the checkpoint's run trained on, in the trainer's order: its dataset's
+    training split, or that split's class-balanced subset of the run's ``train_size``
+    (:func:`smoothcert.data.datasets.balanced_subset`, which depends only on the labels)."""
+    from ..data.datasets import balanced_subset, load_dataset
+
+    config = meta.get("config") or {}
+    data = load_dataset(meta["dataset"], "train", data_root=data_root,
+                        image_size=config.get("image_size"))
+    size = config.get("train_size")
+    return data if size is None else data.subset(balanced_subset(data.labels, int(size)))
+
+
+def _own_split(meta: dict, dataset: str | None, split: str) -> bool:
+    """Whether ``split`` of ``dataset`` (default: the checkpoint's) is what the run trained on."""
+    return split == "train" and (dataset or meta["dataset"]) == meta["dataset"]
 
 
 def _method_hparams(name: str, params: dict, meta: dict) -> dict:
@@ -196,6 +237,7 @@ def checkpoint_grad_norms(checkpoint_path, method: str | None = None, params: di
     from tqdm.auto import tqdm
 
     from ..data.datasets import load_dataset
+    from ..methods import METHODS
     from ..models.checkpoint import load_checkpoint, model_from_checkpoint
     from ..noise.gaussian import Gaussian
     from ..runs.records import global_indices
@@ -207,7 +249,9 @@ def checkpoint_grad_norms(checkpoint_path, method: str | None = None, params: di
     checkpoint = load_checkpoint(checkpoint_path, map_location=device)
     model, meta = model_from_checkpoint(checkpoint_path, device=device)
     noise = Gaussian(sigma if sigma is not None else float(meta["noise"]["sigma"]))
-    data = load_dataset(dataset or meta["dataset"], split, data_root=data_root)
+    own = _own_split(meta, dataset, split)
+    data = (training_split(meta, data_root) if own
+            else load_dataset(dataset or meta["dataset"], split, data_root=data_root))
     if data.num_classes != int(meta["num_classes"]):
         raise SmoothcertError(f"num_classes mismatch: the checkpoint has {meta['num_classes']} "
                               f"classes, dataset {data.name!r} has {data.num_classes}")
@@ -215,20 +259,30 @@ def checkpoint_grad_norms(checkpoint_path, method: str | None = None, params: di
         raise SmoothcertError(f"the checkpoint expects inputs of shape "
                               f"{tuple(meta['input_shape'])}, dataset {data.name!r} has "
                               f"{tuple(data.input_shape)}")
-    name = method or meta["method"]["name"]
-    loss = method_at_end_of_training(name, params or {}, checkpoint, model, noise,
-                                     device=device, seed=seed, data_root=data_root)
     idx = global_indices(len(data), skip, max_count)
-    x, y = data.batch(torch.tensor(idx, dtype=torch.long))
+    chosen = torch.tensor(idx, dtype=torch.long)
+    x, y = data.batch(chosen)
+    name = method or meta["method"]["name"]
+    # a per-example state (CAT-RS's ŷ table) covers the run's training split when it was saved
+    fresh = METHODS[name].needs_indices and not (
+        own and meta.get("method", {}).get("name") == name
+        and "method" in (checkpoint.train_state or {}))
+    loss = method_at_end_of_training(name, params or {}, checkpoint, model, noise,
+                                     device=device, seed=seed, data_root=data_root,
+                                     examples=data.subset(chosen) if fresh else None)
+    rows = range(len(idx)) if fresh else idx
     with tqdm(total=len(idx), disable=not progress, desc="grad-norms", unit="img") as bar:
         return gradient_norms(model, loss, noise, x, y, n=n, num_classes=data.num_classes,
-                              batch_size=batch_size, seed=seed, idx=idx, progress=bar)
+                              batch_size=batch_size, seed=seed, idx=idx, rows=rows,
+                              progress=bar)
 
 
 # --------------------------------------------------------------------------- grad-norm files
 GRAD_NORM_COLUMNS = ("idx", "label", "p_hat", "grad_norm")
 """A grad-norm file's header: one row per example of :class:`GradNorms` (``grad_norm`` is its
-``norms``); ``n`` and the settings that produced the rows are in the manifest beside it."""
+``norms``; ``idx`` indexes the split measured, which for ``split="train"`` of a run trained with
+``train_size`` is that run's subset); ``n`` and the settings that produced the rows are in the
+manifest beside it (with ``train_size`` in the identity in that case)."""
 
 
 def grad_norms_identity(checkpoint_path, method: str | None = None, params: dict | None = None,
@@ -253,6 +307,9 @@ def grad_norms_identity(checkpoint_path, method: str | None = None, params: dict
         "n": n, "dataset": dataset or meta["dataset"], "split": split, "skip": skip,
         "max_count": max_count, "seed": seed, "device_type": torch.device(device).type,
     }
+    train_size = (meta.get("config") or {}).get("train_size")
+    if train_size is not None and _own_split(meta, dataset, split):  # rows: the run's subset
+        identity["train_size"] = train_size
     return json.loads(json.dumps(identity))
 
 

@@ -59,6 +59,7 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
     """
     formatter = get_format(fmt)  # fail on a bad name before reading anything
     radii = _radii(radii)
+    check_outputs(paths, {"--plot": plot, "--ecdf": ecdf, "--sigma-hist": sigma_hist})
     records = _labelled_records(paths)
     if common:
         records = common_examples(records)
@@ -76,6 +77,23 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
         table = with_envelope(table, certified_accuracy_envelope(records, radii), best_clean)
     _figures(records, plot, envelope, ecdf, sigma_hist)
     return formatter(table)
+
+
+def check_outputs(paths, outputs: dict) -> None:
+    """Refuse outputs (flag → path, None where not asked) that would overwrite a file the report
+    reads (a record file or its manifest) or another output (one would replace the other), before
+    anything is read or written."""
+    from ..io import check_not_input, same_file
+    from ..runs.records import manifest_path
+
+    paths = _paths_and_labels(paths)[0]
+    given = [(flag, out) for flag, out in outputs.items() if out is not None]
+    for k, (flag, out) in enumerate(given):
+        check_not_input(out, [*paths, *map(manifest_path, paths)], flag)
+        for other, earlier in given[:k]:
+            if same_file(out, earlier):
+                raise SmoothcertError(f"{other} and {flag} name the same file {out}; give each "
+                                      "its own file")
 
 
 def _figures(records: Sequence, plot, envelope: bool, ecdf, sigma_hist) -> None:
@@ -147,10 +165,21 @@ def agreement_report(paths: Iterable, radii, fmt: str = "md", *, common: bool = 
     if len(paths) % 2:
         raise SmoothcertError(f"--agreement compares files in pairs; got {len(paths)} files")
     records = _labelled_records(paths)
-    pairs = zip(records[::2], records[1::2])
+    pairs = list(zip(records[::2], records[1::2]))
     if common:
-        pairs = (common_examples(pair) for pair in pairs)
+        pairs = [common_examples(pair) for pair in pairs]
+    for a, b in pairs:
+        _check_same_idx(a, b)
     return formatter(agreement_table([certified_agreement(a, b, radii) for a, b in pairs]))
+
+
+def _check_same_idx(first, second) -> None:
+    """The agreement compares two files example by example: they must hold the same idx."""
+    a, b = set(first["idx"].tolist()), set(second["idx"].tolist())
+    if a != b:
+        raise SmoothcertError(
+            f"{first.path} and {second.path} hold different examples ({len(a)} and {len(b)}, "
+            f"{len(a & b)} in both); add --common to compare them on the examples both hold")
 
 
 def agreement_table(agreements: Sequence[Agreement]) -> Table:

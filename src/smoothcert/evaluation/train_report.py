@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from ..errors import SmoothcertError
 from ..io import read_tsv
@@ -34,6 +33,13 @@ class TrainRun:
     seconds_per_epoch: float
     peak_mem_mb: float | None  # None for runs logged before memory was recorded
     acr: float | None  # of the first CERTIFY record file in the folder, if any
+    variant: str | None = None  # a named variant, not the method's paper (e.g. "target=self")
+
+    @property
+    def method_label(self) -> str:
+        """The method column: its name, and its named variant in parentheses where it has one
+        (``"catrs (target=self)"``), so a table never passes a variant off as the paper's."""
+        return self.method if self.variant is None else f"{self.method} ({self.variant})"
 
 
 def read_run(run_dir, name: str | None = None) -> TrainRun:
@@ -43,10 +49,11 @@ def read_run(run_dir, name: str | None = None) -> TrainRun:
     run_dir = Path(run_dir)
     _check_run_folder(run_dir)
     log = _read_log(run_dir / "log.tsv")
-    method, hparams, num_hparams = _run_method(run_dir)
+    method, hparams, num_hparams, variant = _run_method(run_dir)
     return TrainRun(
         name=name or run_dir.name,
         method=method,
+        variant=variant,
         num_hparams=num_hparams if num_hparams is not None else len(hparams),
         epochs=len(log["seconds"]),
         seconds_per_epoch=float(np.mean(log["seconds"])),
@@ -61,31 +68,91 @@ def _check_run_folder(run_dir: Path) -> None:
             f"{run_dir} is not a training run folder (no checkpoint.pt or config.yaml)")
 
 
-def _run_method(run_dir: Path) -> tuple[str, dict, int | None]:
-    """(method name, hyperparameters, recorded #HP or None) of a run folder."""
+def _run_method(run_dir: Path) -> tuple[str, dict, int | None, str | None]:
+    """(method name, hyperparameters, recorded #HP or None, named variant or None) of a run
+    folder: the variant its checkpoint records (``meta["method"]["variant"]``), else the one its
+    hyperparameters make (:func:`_named_variant`; config.yaml, older checkpoints)."""
     if (run_dir / "checkpoint.pt").is_file():
         from ..models.checkpoint import load_checkpoint
 
         meta = load_checkpoint(run_dir / "checkpoint.pt").meta
-        hparams = meta["method"].get("hparams", {})
-        return meta["method"]["name"], hparams, meta.get("num_hparams")
+        name, hparams = meta["method"]["name"], meta["method"].get("hparams", {})
+        variant = meta["method"].get("variant") or _named_variant(name, hparams)
+        return name, hparams, meta.get("num_hparams"), variant
+    name, params = _config_method(run_dir / "config.yaml")
+    return name, params, None, _named_variant(name, params)
+
+
+def _named_variant(name: str, hparams: dict) -> str | None:
+    """``TrainingMethod.named_variant`` of the method these hyperparameters build; None where
+    this version cannot build it (a method or hyperparameter it no longer knows): the table
+    then shows the bare name, as it did before variants were recorded."""
+    from ..methods import build_method
+
     try:
-        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-        return config["method"], dict(config.get("method_params") or {}), None
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
-        raise SmoothcertError(f"cannot read the method of {run_dir / 'config.yaml'}: {e}") from e
+        return build_method(name, **hparams).named_variant()
+    except SmoothcertError:
+        return None
 
 
-def _read_log(path: Path) -> dict:
-    """The columns of a training log.tsv (it has the record-file layout, keyed by ``epoch``)."""
+def _config_method(path: Path) -> tuple[str, dict]:
+    """(method name, its hyperparameters) of a run's config.yaml."""
+    from ..training.recipes import read_yaml
+
+    config = read_yaml(path, "run config")
+    config = config if isinstance(config, dict) else {}
+    method, params = config.get("method"), config.get("method_params") or {}
+    if not isinstance(method, str) or not isinstance(params, dict):
+        raise SmoothcertError(f"cannot read the method of {path}: it must be a mapping with "
+                              "the method's name (method) and its hyperparameters "
+                              "(method_params)")
+    return method, dict(params)
+
+
+def _read_log(path: Path) -> dict[str, np.ndarray]:
+    """The cost columns of a training log.tsv (it has the record-file layout, keyed by
+    ``epoch``): ``seconds`` and, where logged, ``peak_mem_mb``, one float per completed epoch.
+    A log that cannot be read, or whose cost cells are not finite numbers ≥ 0, is one
+    SmoothcertError line naming the file and the line."""
+    from ..training.recipes import not_utf8
+
     try:
         lines = read_tsv(path)  # complete lines: not a row being written
+    except UnicodeDecodeError as e:
+        raise SmoothcertError(f"training log {path} is not a text file: {not_utf8(e)}") from None
     except OSError as e:
-        raise SmoothcertError(f"cannot read training log {path}: {e.strerror}") from e
-    header, rows = lines[0] if lines else [], [row for row in lines[1:] if row != [""]]
+        raise SmoothcertError(f"cannot read training log {path}: {e.strerror or e}") from None
+    header = lines[0] if lines else []
+    if "seconds" not in header:
+        raise SmoothcertError(f"training log {path} line 1: the header has no 'seconds' column; "
+                              "is it a smoothcert train log.tsv?")
+    rows = [(number, row) for number, row in enumerate(lines[1:], start=2) if row != [""]]
     if not rows:
         raise SmoothcertError(f"training log {path} has no completed epoch")
-    return {k: np.array([float(r[i]) for r in rows]) for i, k in enumerate(header)}
+    kept = [key for key in _COST_COLUMNS if key in header]
+    return {key: np.array([_cost(path, number, header, row, key) for number, row in rows])
+            for key in kept}
+
+
+_COST_COLUMNS = ("seconds", "peak_mem_mb")  # the log's columns the table reads
+
+
+def _cost(path: Path, number: int, header: list[str], row: list[str], key: str) -> float:
+    """The cell ``key`` of log line ``number``: a number ≥ 0 (seconds, MiB); NaN only as the
+    peak memory of a platform that cannot measure it."""
+    if len(row) != len(header):
+        raise SmoothcertError(f"training log {path} line {number}: {len(row)} cells, but the "
+                              f"header has {len(header)}")
+    cell = row[header.index(key)]
+    try:
+        value = float(cell)
+    except ValueError:
+        value = None
+    unknown = key == "peak_mem_mb" and value is not None and np.isnan(value)
+    if not unknown and (value is None or not np.isfinite(value) or value < 0):
+        raise SmoothcertError(f"training log {path} line {number}: {key} must be a number >= 0, "
+                              f"got {cell[:40]!r}")
+    return value
 
 
 def _run_acr(run_dir: Path) -> float | None:
@@ -102,7 +169,8 @@ def training_table(runs: Sequence[TrainRun]) -> Table:
               "acr"),
         headers=("name", "method", "#HP", "epochs", "s/epoch", "peak MB", "ACR"),
         styles=("text", "text", "int", "int", "float2", "float2", "float3"),
-        rows=tuple(dataclasses.astuple(r) for r in runs),
+        rows=tuple((r.name, r.method_label, r.num_hparams, r.epochs, r.seconds_per_epoch,
+                    r.peak_mem_mb, r.acr) for r in runs),
     )
 
 

@@ -128,6 +128,11 @@ class TrainingMethod(Configurable, abc.ABC):
     tensor (data-dependent training, Alfarra et al. Alg. 2): the trainer refuses
     ``sigma_mode="data_dependent"`` for a method that leaves this False."""
 
+    needs_indices: ClassVar[bool] = False
+    """True if :meth:`loss` takes the batch's training-set indices as ``idx=`` (B,) int64 (e.g. to
+    look up a per-example table built at the start of the run); the trainer passes them only to
+    such a method, so the other methods' ``loss`` keeps the five-argument signature."""
+
     @classmethod
     def training_defaults(cls) -> dict[str, Any]:
         """What a training config left unset (None) becomes for this method: ``optimizer``,
@@ -160,7 +165,8 @@ class TrainingMethod(Configurable, abc.ABC):
         the log without them); every other entry must be a scalar tensor and is logged (as its
         epoch mean) under its key. Return the same keys on every call. ``noise`` is None for a
         method whose :attr:`uses_noise` is False; ``x`` and ``y`` come from the training split
-        whatever the model's role (a denoiser's target is ``x`` itself).
+        whatever the model's role (a denoiser's target is ``x`` itself). A method that sets
+        :attr:`needs_indices` also gets ``idx=``, the batch's indices into the training split.
 
         In data-parallel training ``model`` is wrapped in ``DistributedDataParallel`` and the
         batch is this rank's part of the global batch. What keeps every method correct there:
@@ -171,6 +177,13 @@ class TrainingMethod(Configurable, abc.ABC):
         (``torch.autograd.grad``, as the attacks do), but never backpropagated into its
         parameters inside the method.
         """
+
+    def named_variant(self) -> str | None:
+        """A short label of a named variant of the method that departs from its paper (e.g.
+        ``"target=self"``), recorded beside the method's name in checkpoints (``meta["method"]
+        ["variant"]``) so that records and reports say so; None (the default) for the paper's
+        method."""
+        return None
 
     def prepare(self, config, device: torch.device) -> None:
         """Called once by the trainer before the first epoch of a run (fresh or resumed), with

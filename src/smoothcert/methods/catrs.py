@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import pickle
+import logging
+import math
+import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -16,15 +19,22 @@ from ..errors import (
     check_nonnegative,
     check_positive_finite,
 )
+from ..noise.base import NOISES
 from ..registry import option
+from ..rng import derived_seed, example_generator
 from ..smoothing.attacks import draw_noises, noisy_logits
-from ..tensors import copies, eval_mode
+from ..smoothing.smoothed import Smoothed
+from ..tensors import copies, eval_mode, model_device
 from .base import TrainingMethod, register_method
 from .consistency import entropy
-from .heat import frozen_copy
 
-TARGETS = ("self", "teacher")
+log = logging.getLogger(__name__)
+
+TARGETS = ("teacher", "self")
 """Where the smoothed prediction ŷ(x) of L^high and the attack comes from (:class:`CATRS`)."""
+MAX_TEACHER_DRAWS = 2**15 - 1
+"""The ŷ table stores vote counts as int16: at most this many teacher votes per image."""
+_TABLE_STREAM = 0x7EA1_CA75  # derived_seed(run seed, this, idx): the table's draws of image idx
 
 
 @register_method("catrs")
@@ -57,22 +67,34 @@ class CATRS(TrainingMethod):
     current), which keeps the row's mean exactly and its norm nearly (a noise row's mean is
     ≈ 0); model in eval mode.
 
-    ŷ(x), the "smoothed prediction": in the authors' code a fixed, precomputed vote distribution
-    per training example (``model_conf_0.25_train.npy``: the class frequencies of N = 10,000
-    noisy votes of a separately trained Gaussian σ = 0.25 model, ``smooth_prediction.py``; the
-    same file for every training σ). ``target`` chooses ours:
+    ŷ(x), the "smoothed prediction" (``target``):
 
-    - ``"teacher"``: that recipe. The frozen teacher f_T is the checkpoint ``teacher_checkpoint``
-      (same architecture; train it with ``gaussian`` at σ_T = ``teacher_sigma`` = 0.25) and
-      ŷ(x) = its vote frequencies over ``teacher_draws`` noisy copies of the batch, drawn anew
-      at every step (an unbiased estimate of the authors' ŷ; our trainer does not tell a method
-      which training examples a batch holds, so a per-example table cannot be looked up, and the
-      votes are taken at the augmented image the step sees rather than at one fixed crop).
-    - ``"self"`` (default, no extra model): ŷ(x) = the mean softmax p̄ = (1/m) Σ_j softmax
-      f(x+δ_j) of the model's own m noisy copies, detached: the smoothed prediction of the soft
-      smoothed classifier, a fixed target within the step as ŷ is in the authors' code (the
-      consistency target of Jeong & Shin 2020, here without its gradient). A deviation from
-      the authors, for runs without a pretrained model.
+    - ``"teacher"`` (default; the paper's): the vote frequencies of a separately trained
+      Gaussian teacher f_T at σ_T = ``teacher_sigma`` (0.25 for every training σ, as the
+      authors' ``datasets.py`` reads ``model_conf_0.25_train.npy`` for all of them):
+      ŷ(x_i) = counts_i / N_T, counts_i the class counts of argmax f_T(x_i + δ) over N_T =
+      ``teacher_draws`` noisy copies (their ``smooth_prediction.py`` with ``--N=10000``: soft
+      frequencies, not the argmax, no abstention; ``core.Smooth.confidence_top2`` returns
+      ``counts / n``). The table of counts is built ONCE per run, by :meth:`on_epoch_start` of
+      the first epoch (:func:`teacher_vote_table`), on the *un-augmented* training images,
+      each image's draws from its own generator seeded from (run seed, a fixed tag, its index),
+      so the table depends on neither batching nor device count; it is kept as int16 (N, C)
+      counts in :meth:`state_dict`, hence in the checkpoint's training state, and a resumed
+      run reads it back instead of recomputing it (nor needs the teacher file). ImageNet-size:
+      1.28 M × 1000 × 2 bytes = 2.6 GB on the host, looked up per batch by the training-set
+      indices the trainer passes (:attr:`needs_indices`). Cost: N·N_T teacher forward passes
+      (Fashion-MNIST with N_T = 10,000: 6·10⁸ LeNet passes, minutes on a GPU, hours on 2 CPU
+      cores). The teacher must be a classifier checkpoint of the run's dataset trained with
+      noise at σ_T (train it with ``gaussian``: ``configs/<dataset>/gaussian_teacher_s025.yaml``,
+      the authors' 150-epoch schedule). Departures: the authors' CIFAR/ImageNet ``train``
+      split applies the training augmentation, so their table saw one random crop/flip per
+      image drawn when it was made; ours sees the image itself (a centre crop for image
+      folders). Under data-parallel training every rank builds the same full table.
+    - ``"self"`` (a named variant, not the paper's; checkpoints record it as
+      ``meta["method"]["variant"] = "target=self"``): ŷ(x) = the mean softmax p̄ = (1/m) Σ_j
+      softmax f(x+δ_j) of the model's own m noisy copies, detached: the smoothed prediction of
+      the soft smoothed classifier, a fixed target within the step (the consistency target of
+      Jeong & Shin 2020 without its gradient). For runs without a teacher.
 
     Defaults are the authors' script defaults (``--num-noise-vec 4 --epsilon 256 --num-steps 4
     --lbd 1.0``; ε in their flags counts 1/256ths: 256 → 1.0 in L2 pixel units). Per σ (all with
@@ -93,7 +115,11 @@ class CATRS(TrainingMethod):
     the σ = 0.25 value, which is also the script default. Schedules: CIFAR-10 ResNet-110, 150
     epochs, lr 0.1 × 0.1 every 50 epochs; MNIST-family LeNet, 150 epochs, lr 0.01 × 0.1 every
     50 (their ``data/fmnist/*/cat-rs/log.txt``); ImageNet 90 epochs, lr 0.1 × 0.1 every 30 plus
-    one more × 0.1 at epoch 85 (``--lr_drop 85``, a schedule matter: ``lr_milestones``). All
+    one more × 0.1 at epoch 85 (``--lr_drop 85``, a schedule matter: ``lr_milestones``). Their
+    StepLR is stepped as ``scheduler.step(epoch)`` after epoch ``epoch``, which puts every decay
+    one epoch late (0-based epochs 51 and 101 of 150, where their logs' training loss drops):
+    the recipes (``configs/*/catrs_s*.yaml`` and the teachers' ``gaussian_teacher_s025.yaml``)
+    use those milestones, [51, 101]. All
     load batches of 256 and split each into m chunks with one SGD step per chunk (256/m
     inputs × m noises per step): to reproduce them set the trainer's batch size to 256/m (64).
     Their ``--pretrained-model`` (starting weights; no published command uses it) is our
@@ -123,14 +149,15 @@ class CATRS(TrainingMethod):
     K' ~ Binomial(m, p̂) is drawn as the number of m uniforms below p̂ (the same law), from the
     step's generator.
 
-    Draws from the generator, in order: the m noises (one ``noise.sample(x)`` each), the
-    teacher's noises (``target="teacher"``), then the B×m uniforms of K'. ``"logits"`` are those
-    of the first clean noisy copy f(x+δ_1). Logged: ``"low"`` (batch mean of L^low),
+    Draws from the generator, in order: the m noises (one ``noise.sample(x)`` each), then the
+    B×m uniforms of K' (the ŷ table draws from its own per-image generators). ``"logits"`` are
+    those of the first clean noisy copy f(x+δ_1). Logged: ``"low"`` (batch mean of L^low),
     ``"high"`` (batch mean of 1[K = m]·L^high, so loss = low + λ·high), ``"high_fraction"``
     (fraction of inputs with K = m) and ``"epsilon"`` (the current attack radius).
     """
 
     supports_per_sample_sigma = True  # every step acts on noise rows; draws take a (B,) σ
+    needs_indices = True  # ŷ is looked up per training example
 
     @dataclass(frozen=True)
     class Options:
@@ -141,10 +168,13 @@ class CATRS(TrainingMethod):
         confidence_mask: bool = option(False, "p̂ = ŷ_y(x) instead of the noisy accuracy")
         double_epsilon_epoch: int | None = option(None, "attack with 2ε from this epoch (null: "
                                                   "never)")
-        target: str = option("self", "where ŷ(x) comes from", choices=TARGETS)
-        teacher_checkpoint: str | None = option(None, "the frozen teacher (target teacher)")
+        target: str = option("teacher", "where ŷ(x) comes from: the teacher's votes (the "
+                             "paper) or the model's own mean softmax (variant)", choices=TARGETS)
+        teacher_checkpoint: str | None = option(None, "the Gaussian-trained teacher (target "
+                                                "teacher)")
         teacher_sigma: float = option(0.25, "σ_T: the teacher's noise level, pixel units")
-        teacher_draws: int = option(16, "noisy votes of the teacher per input")
+        teacher_draws: int = option(10_000, "N_T: the teacher's noisy votes per training image "
+                                    "(the authors' --N 10000)")
 
         def __post_init__(self):
             check_count("num_noise", self.num_noise), check_nonnegative("epsilon", self.epsilon)
@@ -154,11 +184,16 @@ class CATRS(TrainingMethod):
             _optional_epoch(self.double_epsilon_epoch)
             _check_teacher(_check_target(self.target), self.teacher_checkpoint)
             check_positive_finite("teacher_sigma", self.teacher_sigma)
-            check_count("teacher_draws", self.teacher_draws)
+            check_count("teacher_draws", self.teacher_draws, maximum=MAX_TEACHER_DRAWS)
 
     def setup(self):
-        self.teacher: nn.Module | None = None
         self._current_epsilon = self.epsilon
+        self._votes: torch.Tensor | None = None  # (N, C) int16 teacher vote counts, on the host
+        self._teacher: tuple[nn.Module, object] | None = None  # (f_T, its noise), until the table
+        self._table_batch = 1000  # forward rows when counting votes; prepare() sets the run's
+
+    def named_variant(self) -> str | None:
+        return "target=self" if self.target == "self" else None
 
     def epsilon_at(self, epoch: int) -> float:
         """The attack radius of epoch ``epoch`` (0-based): 2ε from ``double_epsilon_epoch``."""
@@ -169,15 +204,66 @@ class CATRS(TrainingMethod):
     def current_epsilon(self) -> float:
         return self._current_epsilon
 
+    @property
+    def teacher_votes(self) -> torch.Tensor | None:
+        """The ŷ table: (N, C) int16 counts of the teacher's votes per training image (ŷ =
+        counts / ``teacher_draws``), or None before it is built (or with ``target="self"``)."""
+        return self._votes
+
+    def prepare(self, config, device):
+        # 4·m·B rows without gradients cost about what a training step's m·B rows with them do
+        self._table_batch = 4 * self.num_noise * config.batch_size
+        if self.target == "teacher" and os.path.isfile(self.teacher_checkpoint):
+            # checked before anything is written; a resumed run reads its table from the
+            # checkpoint and needs no teacher file
+            self._teacher = load_teacher(self.teacher_checkpoint, self.teacher_sigma,
+                                         config.dataset, device)
+
     def on_epoch_start(self, epoch, context):
         self._current_epsilon = self.epsilon_at(epoch)
-        if self.target == "teacher" and self.teacher is None:
-            self.teacher = load_teacher(self.teacher_checkpoint, context.model)
+        if self.target == "teacher":
+            self._ensure_votes(context)
 
-    def loss(self, model, x, y, noise, generator):
+    def _ensure_votes(self, context) -> None:
+        """Build the ŷ table once (first epoch of a fresh run); check a restored one."""
+        n = len(context.train_data)
+        if self._votes is not None:  # restored by a resume: the teacher is not needed
+            self._teacher = None
+            if self._votes.shape[0] != n:
+                raise SmoothcertError(
+                    f"catrs: the saved ŷ table has {self._votes.shape[0]} rows but the training "
+                    f"split has {n} examples; resume with the run's own data and train_size")
+            return
+        config = context.config
+        teacher, noise = self._teacher or load_teacher(
+            self.teacher_checkpoint, self.teacher_sigma,
+            getattr(config, "dataset", None), context.device or "cpu")
+        seed = derived_seed(getattr(config, "seed", 0), _TABLE_STREAM)
+        started = time.perf_counter()
+        self._votes = teacher_vote_table(teacher, context.train_data, noise, self.teacher_draws,
+                                         seed, self._table_batch)
+        self._teacher = None  # not needed any more: free its memory
+        log.info("catrs: ŷ table of %d images × %d teacher votes in %.1f s", n,
+                 self.teacher_draws, time.perf_counter() - started)
+
+    def smoothed_prediction(self, idx: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+        """ŷ of the training examples ``idx`` (B,): their table rows / ``teacher_draws``, (B, C)
+        in ``like``'s dtype and device."""
+        if self._votes is None:
+            raise SmoothcertError(
+                "catrs with target='teacher' has no ŷ table yet: call on_epoch_start(epoch, "
+                "context) first (the trainer does)")
+        if idx is None:
+            raise SmoothcertError(
+                "catrs with target='teacher' needs the batch's training-set indices: call "
+                "loss(..., idx=INDICES) (the trainer does)")
+        counts = self._votes[idx.cpu()]
+        return counts.to(device=like.device, dtype=like.dtype) / self.teacher_draws
+
+    def loss(self, model, x, y, noise, generator, idx=None):
         m, b = self.num_noise, x.shape[0]
         noises = draw_noises(noise, x, m, generator)  # (m, B, ...), copy by copy
-        target = None if self.target == "self" else self._teacher_votes(x, noise, generator)
+        target = None if self.target == "self" else self.smoothed_prediction(idx, x)
         uniforms = torch.rand((b, m), generator=generator, device=x.device, dtype=x.dtype)
         out = catrs_loss(
             model, x, y, noises, uniforms, target=target, epsilon=self._current_epsilon,
@@ -186,14 +272,16 @@ class CATRS(TrainingMethod):
         out["epsilon"] = torch.tensor(self._current_epsilon, device=x.device)
         return out
 
-    def _teacher_votes(self, x, noise, generator) -> torch.Tensor:
-        if self.teacher is None:
-            raise SmoothcertError(
-                "catrs with target='teacher' has no teacher yet: call on_epoch_start(epoch, "
-                "context) first (the trainer does)"
-            )
-        teacher_noise = type(noise)(self.teacher_sigma)
-        return vote_frequencies(self.teacher, x, teacher_noise, self.teacher_draws, generator)
+    def state_dict(self):
+        return {} if self._votes is None else {"teacher_votes": self._votes}
+
+    def load_state_dict(self, state):
+        votes = state.get("teacher_votes")
+        if votes is not None and (not isinstance(votes, torch.Tensor) or votes.dim() != 2
+                                  or votes.is_floating_point()):
+            raise SmoothcertError("catrs: the checkpoint's ŷ table is not an (N, C) tensor of "
+                                  "vote counts; the checkpoint is corrupt")
+        self._votes = None if votes is None else votes.cpu()
 
 
 def catrs_loss(
@@ -296,34 +384,53 @@ def kl_pgd(
     return delta.detach().view_as(noises)
 
 
-def vote_frequencies(
-    model: nn.Module, x: torch.Tensor, noise, draws: int, generator: torch.Generator
-) -> torch.Tensor:
-    """(B, C): the fraction of ``draws`` noisy copies x + δ (δ from ``noise``) that ``model``
-    classifies as each class, one forward pass of draws·B rows in eval mode without gradients."""
-    x_rep = copies(x, draws)
-    with eval_mode(model), torch.no_grad():
-        logits = model(x_rep + noise.sample(x_rep, generator))
-    votes = F.one_hot(logits.argmax(dim=1), logits.shape[1]).view(draws, len(x), -1)
-    return votes.to(x.dtype).mean(dim=0)
+def teacher_vote_table(teacher: nn.Module, data, noise, draws: int, seed: int,
+                       batch_size: int = 1000) -> torch.Tensor:
+    """The ŷ table of :class:`CATRS`: (N, C) counts, int16 on the host, row i the class counts
+    of argmax ``teacher``(x_i + δ) over ``draws`` noisy copies of training image i (``data``'s
+    un-augmented pixels, ``data.batch``), δ from ``noise``.
+
+    Image i's draws come from its own generator, seeded from (``seed``, i) on the teacher's
+    device, through the Monte Carlo engine that certification uses (canonical chunks): the
+    table does not depend on ``batch_size`` (rows per forward pass and images per round), on
+    the order of the images or on how many processes build it. Each row sums to ``draws``.
+    """
+    check_count("draws", draws, maximum=MAX_TEACHER_DRAWS)
+    device = model_device(teacher)
+    smoothed = Smoothed(teacher, noise, data.spec.num_classes)
+    table = torch.zeros((len(data), data.spec.num_classes), dtype=torch.int16)
+    for chunk in torch.arange(len(data), device=device).split(batch_size):
+        x, _ = data.batch(chunk)
+        programs = ((i, smoothed.votes_program(xi, draws, example_generator(seed, i, device)))
+                    for i, xi in zip(chunk.tolist(), x.to(device)))
+        for done in smoothed.run(programs, batch_size):
+            table[done.key] = torch.from_numpy(done.result).to(torch.int16)
+    return table
 
 
-def load_teacher(path: str, like: nn.Module) -> nn.Module:
-    """A frozen copy of ``like`` (same architecture, device) holding the weights of the
-    smoothcert checkpoint at ``path`` (read with ``torch.load(weights_only=True)``)."""
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, pickle.UnpicklingError) as e:
-        raise SmoothcertError(f"cannot read the catrs teacher checkpoint {path}: {e}") from e
-    state = checkpoint.get("state_dict") if isinstance(checkpoint, dict) else None
-    if not isinstance(state, dict):
-        raise SmoothcertError(f"{path} is not a smoothcert checkpoint (no state_dict)")
-    try:
-        return frozen_copy(like, state)
-    except RuntimeError as e:
+def load_teacher(path: str, sigma: float, dataset: str | None,
+                 device) -> tuple[nn.Module, object]:
+    """(f_T, its noise at ``sigma``): the frozen classifier of smoothcert checkpoint ``path``
+    on ``device`` (any architecture), which must have been trained on ``dataset`` (when given)
+    with noise at σ = ``sigma``; one SmoothcertError otherwise."""
+    from ..models.checkpoint import checkpoint_role, model_from_checkpoint
+
+    if not os.path.exists(path):
+        raise SmoothcertError(f"the catrs teacher {path} does not exist; " + _HOW_TO_TEACH)
+    model, meta = model_from_checkpoint(path, device)
+    if checkpoint_role(meta) != "classifier":
+        raise SmoothcertError(f"the catrs teacher {path} holds a {checkpoint_role(meta)}, not a "
+                              "classifier; " + _HOW_TO_TEACH)
+    if dataset is not None and meta.get("dataset") != dataset:
+        raise SmoothcertError(f"the catrs teacher {path} was trained on {meta.get('dataset')}, "
+                              f"but this run trains on {dataset}; " + _HOW_TO_TEACH)
+    trained = meta.get("noise") or {}
+    if trained.get("sigma") is None or not math.isclose(float(trained["sigma"]), sigma):
         raise SmoothcertError(
-            f"the catrs teacher {path} does not fit the model's architecture: {e}"
-        ) from e
+            f"the catrs teacher {path} was trained at σ = {trained.get('sigma')}, not at "
+            f"teacher_sigma = {sigma}; set teacher_sigma to its σ or " + _HOW_TO_TEACH)
+    noise = NOISES[trained.get("name", "gaussian")](sigma)
+    return model.eval().requires_grad_(False), noise
 
 
 def _row_mean(t: torch.Tensor) -> torch.Tensor:
@@ -344,15 +451,19 @@ def _check_target(target) -> str:
     return target
 
 
+_HOW_TO_TEACH = (
+    "train the teacher with the gaussian method at σ_T (e.g. smoothcert train --config "
+    "configs/<dataset>/gaussian_teacher_s025.yaml --out runs/teacher), or choose the named "
+    "variant target=self (the model's own mean softmax; not the paper's method)")
+
+
 def _check_teacher(target: str, path) -> str | None:
     if path is not None and (not isinstance(path, str) or not path):
         raise SmoothcertError(f"teacher_checkpoint must be a path or null, got {path!r}")
     if target == "teacher" and path is None:
         raise SmoothcertError(
-            "catrs with target='teacher' needs teacher_checkpoint=PATH: a gaussian checkpoint "
-            "trained at σ = 0.25 (the authors' smoothed predictions), e.g. from "
-            "configs/<dataset>/gaussian_s025.yaml"
-        )
+            "catrs trains toward the smoothed prediction of a Gaussian-trained teacher and "
+            "needs teacher_checkpoint=PATH: " + _HOW_TO_TEACH)
     if target == "self" and path is not None:
         raise SmoothcertError(
             "teacher_checkpoint is only read with target='teacher'; drop it or set that target"

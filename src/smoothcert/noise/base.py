@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import math
+import numbers
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -65,11 +66,24 @@ class Noise(abc.ABC):
     reparameterization that :func:`~smoothcert.smoothing.sigma_optimization.optimize_sigma`
     relies on: its draws at σ are σ times its draws at σ = 1, for a float or per-sample σ.
     None: no soft radius (data-dependent σ refuses the noise)."""
+    max_sigma: ClassVar[float] = math.inf
+    """The largest σ the noise can draw at (pixel units); a larger σ is refused with the
+    noise's :attr:`max_sigma_reason`, before any work (an exact sampler's table grows with σ)."""
+    max_sigma_reason: ClassVar[str] = ""
 
     def __init__(self, sigma: Sigma):
         self.sigma = _validated_sigma(sigma)
+        self.check_sigma(self.sigma)
         if not self.per_sample_sigma and not isinstance(self.sigma, float):
             raise SmoothcertError(f"{type(self).__name__} needs one σ (a float), not per-sample σ")
+
+    @classmethod
+    def check_sigma(cls, sigma: Sigma) -> None:
+        """Refuse a σ above :attr:`max_sigma` with one line saying the bound and why."""
+        top = float(sigma.max()) if isinstance(sigma, torch.Tensor) else float(sigma)
+        if top > cls.max_sigma:
+            raise SmoothcertError(f"noise {cls.name!r} takes sigma <= {cls.max_sigma:g}, got "
+                                  f"{top:g}: {cls.max_sigma_reason}")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(sigma={self.sigma_repr()})"
@@ -190,7 +204,8 @@ def _validated_sigma(sigma: Sigma) -> Sigma:
         if not torch.isfinite(sigma).all() or (sigma <= 0).any():
             raise SmoothcertError("σ must be positive and finite for every sample")
         return sigma.detach()
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)):
+    # numbers.Real: numpy's scalars (np.float32(0.25)) are numbers too; a bool is not a σ
+    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real):
         raise SmoothcertError(f"σ must be a number or a tensor, got {type(sigma).__name__}")
     if not math.isfinite(sigma) or sigma <= 0:
         raise SmoothcertError(f"σ must be a positive finite number, got {sigma!r}")

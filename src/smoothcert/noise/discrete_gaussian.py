@@ -54,6 +54,13 @@ BUCKET_BITS = 16
 """The table has 2¹⁶ buckets, indexed by U's first 16 bits."""
 EXTRA_BITS = 31
 """Bits added per round to an undecided U (a round is needed with probability ~2⁻³¹)."""
+MAX_SIGMA = 16.0
+"""The largest σ (pixel units) drawn at. The table holds 2·255·(⌊6σ⌋ + 1) exact thresholds,
+each an mpmath Φ at ~110 bits: 0.24 s at σ = 1, 2.9 s at σ = 16 (one core), linear in σ, so
+σ = 1000 took minutes and σ = 1e30 never ended. The fast path also needs Φ's thresholds at
+most one per 16-bit bucket in the body of Φ, which fails from σ ≈ 100 on (spacing 1/(639σ) <
+2⁻¹⁶), and C must fit int32 (σ < 1.4·10⁶). σ = 16 is 16 times the whole pixel range [0, 1],
+far beyond any σ smoothing is used at (≤ 1 in the papers)."""
 
 
 def clip_units(sigma: float) -> int:
@@ -92,6 +99,7 @@ class _Table:
     @staticmethod
     @functools.lru_cache(maxsize=16)
     def of(sigma: float) -> _Table:
+        DiscreteGaussian.check_sigma(sigma)  # a σ far above MAX_SIGMA would never finish
         limit = LEVELS * (clip_units(sigma) + 1)
         high = tuple(threshold(sigma, i, HIGH_BITS) for i in range(-limit, limit))
         width = HIGH_BITS - BUCKET_BITS
@@ -186,7 +194,8 @@ class DiscreteGaussian(Noise):
     are refused. The noisy input is clip(m + c)/255 from integers (module doc), so it is exact;
     the radius is Cohen et al.'s σΦ⁻¹(p), valid for perturbations that stay on the grid.
     ``sigma`` is the standard deviation of the underlying real Gaussian (the discretized noise
-    has variance σ² + 1/(12·255²) up to the tails). One σ per noise object (float).
+    has variance σ² + 1/(12·255²) up to the tails). One σ per noise object (float), at most
+:data:`MAX_SIGMA` (its exact table grows with σ).
 
     No soft radius, so data-dependent σ refuses this noise. Its certificate is Cohen's, but
     the soft radius is only usable through reparameterized draws σ·ε, and here (i) the noisy
@@ -200,6 +209,10 @@ class DiscreteGaussian(Noise):
     norm = "l2"
     per_sample_sigma = False  # one exact threshold table per σ
     quantize = False
+    max_sigma = MAX_SIGMA
+    max_sigma_reason = (f"its exact sampler builds a table of about 3060*sigma exact thresholds "
+                        f"(~3 s at sigma {MAX_SIGMA:g}); sigma is in pixel units, where 1 is "
+                        "already the whole range of an image")
 
     def __init__(self, sigma):
         super().__init__(sigma)
@@ -270,10 +283,11 @@ def _pmf(sigma: float, limit: int) -> dict:
 
 def pmf(sigma: float) -> dict:
     """P(c = j) for j = −C … C (float64): Φ((2j+1)/510σ) − Φ((2j−1)/510σ), tails lumped."""
+    DiscreteGaussian.check_sigma(sigma)
     limit = LEVELS * (clip_units(sigma) + 1)
     with mpmath.workdps(30):
         return {j: float(p) for j, p in _pmf(sigma, limit).items()}
 
 
-__all__ = ["DiscreteGaussian", "QuantizedDiscreteGaussian", "clip_units", "draw_offsets", "pmf",
-           "threshold", "variance"]
+__all__ = ["MAX_SIGMA", "DiscreteGaussian", "QuantizedDiscreteGaussian", "clip_units",
+           "draw_offsets", "pmf", "threshold", "variance"]

@@ -16,7 +16,9 @@ the run identity, and :meth:`Examples.stream`, which decodes ahead through a
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import numbers
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -28,9 +30,12 @@ from ..denoisers import Denoised, DenoiserSource, load_denoiser
 from ..denoisers.loading import state_dict_sha256
 from ..errors import SmoothcertError, check_count, check_positive_finite
 from ..io import file_sha256
-from ..models.checkpoint import checkpoint_role, model_from_checkpoint
+from ..models.checkpoint import checkpoint_file, checkpoint_role, model_from_checkpoint
 from ..noise.base import NOISES
+from ..smoothing.smoothed import plain
 from ..tensors import model_device
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ def load_source(model, device=None, num_classes: int | None = None) -> ModelSour
     checkpoint of another role (a denoiser) is refused: it goes behind a classifier, as the
     ``denoiser``."""
     if isinstance(model, (str, os.PathLike)):
+        model = checkpoint_file(model)  # a train run folder names its checkpoint.pt
         module, meta = model_from_checkpoint(model, device=device or "cpu")
         check_classifier(model, meta)
         sha, label = file_sha256(model), str(model)
@@ -126,16 +132,22 @@ def denoiser_fields(source: ModelSource) -> dict:
     return {"denoiser": source.denoiser.sha256, "timestep": source.denoiser.timestep}
 
 
-def sigma_and_noise(sigma, noise: str | None, source: ModelSource) -> tuple[float, str]:
-    """σ as a float and the noise's name, from the arguments or the checkpoint's metadata."""
+def sigma_and_noise(sigma, noise: str | None, source: ModelSource,
+                    denoised: bool = False) -> tuple[float, str]:
+    """σ as a float and the noise's name, from the arguments or the checkpoint's metadata.
+
+    A σ other than the one the checkpoint was trained at is allowed (e.g. a σ sweep of one
+    model) but noted in one line on stderr (a logging warning): a mistyped ``--sigma`` would
+    otherwise pass silently. Not for a checkpoint trained without noise, and not behind
+    a denoiser (``denoised``), where the classifier is not meant to see the noise."""
     meta = source.meta
     stored = meta.get("noise") or {}
     if isinstance(sigma, tuple(NOISES.values())):
         name = next(k for k, cls in NOISES.items() if type(sigma) is cls)
         if noise is not None and noise != name:
             raise SmoothcertError(f"noise {noise!r} disagrees with the noise object {sigma!r}")
-        return sigma.scalar_sigma(), name
-    if sigma is None:
+        sigma, noise = sigma.scalar_sigma(), name
+    elif sigma is None:
         if meta and not stored:  # e.g. train --method standard: the classifier saw no noise
             raise SmoothcertError(f"the checkpoint {source.label} was trained without noise; "
                                   "pass --sigma")
@@ -143,7 +155,25 @@ def sigma_and_noise(sigma, noise: str | None, source: ModelSource) -> tuple[floa
             raise SmoothcertError("pass sigma: a module carries no noise level")
         sigma = float(stored["sigma"])
     noise = noise if noise is not None else stored.get("name", "gaussian")
-    return check_positive_finite("sigma", sigma), noise
+    sigma = check_positive_finite("sigma", plain(sigma))
+    NOISES[noise].check_sigma(sigma)  # e.g. the discrete Gaussian's bound, before any note
+    if not denoised:
+        _note_other_sigma(source, stored, sigma, noise)
+    return sigma, noise
+
+
+def _note_other_sigma(source: ModelSource, stored: dict, sigma: float, noise: str) -> None:
+    """One line when the run's σ differs from the checkpoint's training σ (naming the noise
+    too where it differs)."""
+    trained = stored.get("sigma")
+    if not isinstance(trained, numbers.Real) or isinstance(trained, bool):
+        return  # no training noise recorded (a module, a standard checkpoint, an odd meta)
+    trained_noise = stored.get("name", "gaussian")
+    if math.isclose(float(trained), sigma, rel_tol=1e-12):
+        return  # another noise at the same σ is a comparison of noises, not a slip
+    what = f"{noise} noise at sigma {sigma}" if noise != trained_noise else f"sigma {sigma}"
+    log.warning("note: certifying with %s; the checkpoint %s was trained with %s noise at "
+                "sigma %s", what, source.label, trained_noise, float(trained))
 
 
 def check_denoiser(source: ModelSource, denoiser: str | None, timestep: int | None) -> None:
@@ -225,25 +255,48 @@ class Examples:
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def example(self, idx: int) -> tuple[torch.Tensor, int]:
-        """Example ``idx`` validated: (x float (C, H, W), label int)."""
+    def example(self, idx: int, num_classes: int | None = None) -> tuple[torch.Tensor, int]:
+        """Example ``idx`` validated: (x float (C, H, W), label int, in [0, num_classes) when
+        ``num_classes`` is given)."""
         item = self.dataset.example(idx) if hasattr(self.dataset, "example") \
             else self.dataset[idx]
-        return _checked(item, idx, self.name)
+        return _checked(item, idx, self.name, num_classes)
 
-    def stream(self, indices: Sequence[int], workers: int | None = None
-               ) -> Iterator[tuple[int, torch.Tensor, int]]:
+    def stream(self, indices: Sequence[int], workers: int | None = None,
+               num_classes: int | None = None) -> Iterator[tuple[int, torch.Tensor, int]]:
         """(idx, x, label) for ``indices`` in order, read lazily; with ``workers`` > 0 worker
-        processes decode ahead (``None``: :func:`default_workers`)."""
+        processes decode ahead (``None``: :func:`default_workers`). A label outside
+        [0, ``num_classes``) stops the stream at its example (before its row is written)."""
         workers = default_workers(self.dataset) if workers is None else workers
         check_count("workers", workers, minimum=0)
         if workers == 0 or not indices:
-            return ((idx, *self.example(idx)) for idx in indices)
-        return self._loaded(list(indices), workers)
+            return ((idx, *self.example(idx, num_classes)) for idx in indices)
+        return self._loaded(list(indices), workers, num_classes)
 
-    def _loaded(self, indices: list[int], workers: int):
+    def known_labels(self) -> Sequence | None:
+        """Every label, read without decoding an image, where the dataset allows it: the
+        items of a list of pairs, a ``TensorDataset``'s second tensor, or the ``labels`` or
+        ``targets`` of smoothcert's and torchvision's datasets (unless a ``target_transform``
+        changes them, or they hold other things than integers); else None, and each label is
+        checked when its example is read."""
+        data = self.dataset
+        if isinstance(data, (list, tuple)):
+            pairs = all(isinstance(item, (tuple, list)) and len(item) >= 2 for item in data)
+            return [item[1] for item in data] if pairs else None
+        if isinstance(data, torch.utils.data.TensorDataset) and len(data.tensors) >= 2:
+            return _listed(data.tensors[1])
+        if getattr(data, "target_transform", None) is not None:
+            return None
+        for name in ("labels", "targets"):
+            labels = getattr(data, name, None)
+            if labels is not None and not callable(labels) and len(labels) == len(data):
+                labels = _listed(labels)
+                return labels if all(_is_label(y) for y in labels) else None
+        return None
+
+    def _loaded(self, indices: list[int], workers: int, num_classes: int | None):
         loader = torch.utils.data.DataLoader(
-            _Picked(self, indices), batch_size=None, num_workers=workers)
+            _Picked(self, indices, num_classes), batch_size=None, num_workers=workers)
         try:
             for idx, (x, label) in zip(indices, loader, strict=True):
                 yield idx, x, label
@@ -254,14 +307,14 @@ class Examples:
 class _Picked(torch.utils.data.Dataset):
     """The examples at ``indices``, in order, validated in the worker that decodes them."""
 
-    def __init__(self, examples: Examples, indices: list[int]):
-        self.examples, self.indices = examples, indices
+    def __init__(self, examples: Examples, indices: list[int], num_classes: int | None):
+        self.examples, self.indices, self.num_classes = examples, indices, num_classes
 
     def __len__(self) -> int:
         return len(self.indices)
 
     def __getitem__(self, i: int):
-        return self.examples.example(self.indices[i])
+        return self.examples.example(self.indices[i], self.num_classes)
 
 
 def default_workers(dataset) -> int:
@@ -272,19 +325,70 @@ def default_workers(dataset) -> int:
     return max(1, min(8, (os.cpu_count() or 2) - 1))
 
 
-def _checked(item, idx: int, name: str) -> tuple[torch.Tensor, int]:
+def check_labels(data: Examples, indices: Sequence[int], num_classes: int) -> None:
+    """Every label of ``indices`` an integer in [0, num_classes), where the labels can be read
+    without the images (:meth:`Examples.known_labels`); the others are checked as they are
+    read. Run before a record file is opened: a row of label −1 or 42 (of 10 classes) would
+    make the file unreadable, or count as a wrong prediction."""
+    labels = data.known_labels()
+    if labels is None:
+        return
+    for idx in indices:
+        _checked_label(labels[idx], idx, data.name, num_classes)
+
+
+def _checked(item, idx: int, name: str, num_classes: int | None = None
+             ) -> tuple[torch.Tensor, int]:
     if not isinstance(item, (tuple, list)) or len(item) < 2:
         raise SmoothcertError(f"{name}[{idx}] is not an (x, y) pair")
-    x, y = item[0], item[1]
+    x = item[0]
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 3:
         raise SmoothcertError(
             f"{name}[{idx}] x must be a float tensor (C, H, W) of pixels in [0, 1] (e.g. from "
             f"transforms.ToTensor()), got {_describe(x)}")
+    return x, _checked_label(item[1], idx, name, num_classes)
+
+
+def _checked_label(y, idx: int, name: str, num_classes: int | None) -> int:
+    """y as an int class label (an int, a numpy integer or a 0-d integer tensor, not a
+    bool), in [0, num_classes) when that is given."""
     if isinstance(y, torch.Tensor):
         y = y.item() if y.numel() == 1 and not y.is_floating_point() else y
-    if isinstance(y, bool) or not isinstance(y, int):
+    if not _is_label(y):
         raise SmoothcertError(f"{name}[{idx}] y must be an integer class label, got {y!r}")
-    return x, int(y)
+    if num_classes is not None and not 0 <= y < num_classes:
+        raise SmoothcertError(f"{name}[{idx}] has label {int(y)}, outside the model's "
+                              f"{num_classes} classes 0..{num_classes - 1}")
+    return int(y)
+
+
+def checked_shard(shard) -> tuple[int, int]:
+    """(index, count) of ``shard``, with 0 <= index < count (numpy integers are integers)."""
+    pair = isinstance(shard, (tuple, list)) and len(shard) == 2
+    index, count = map(plain, shard) if pair else (-1, -1)
+    if type(count) is not int or type(index) is not int or count < 1 or not 0 <= index < count:
+        raise SmoothcertError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
+    return index, count
+
+
+def checked_indices(indices) -> tuple[int, ...]:
+    """An explicit index list: non-empty, integers >= 0, none repeated."""
+    values = tuple(indices)
+    if not values or not all(type(i) is int and i >= 0 for i in values):
+        raise SmoothcertError("indices must be a non-empty list of integers >= 0")
+    if len(set(values)) != len(values):
+        raise SmoothcertError("indices must not repeat an index")
+    return values
+
+
+def _is_label(y) -> bool:
+    return isinstance(y, numbers.Integral) and not isinstance(y, bool)
+
+
+def _listed(labels) -> Sequence:
+    """A tensor or array of labels as a list of Python numbers (one conversion, not one
+    indexing per example)."""
+    return labels.tolist() if hasattr(labels, "tolist") else labels
 
 
 def _describe(x) -> str:
@@ -304,6 +408,6 @@ def as_examples(dataset, name: str | None = None, split: str | None = None) -> E
 
 
 __all__ = ["Examples", "ModelSource", "as_examples", "check_classifier", "check_compatible",
-           "check_denoiser",
+           "check_denoiser", "check_labels", "checked_indices", "checked_shard",
            "default_workers", "denoiser_fields", "file_sha256", "load_source", "sigma_and_noise",
            "split_denoised", "state_dict_sha256", "with_denoiser"]

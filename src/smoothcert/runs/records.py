@@ -16,7 +16,6 @@ the torn last line is the one defect it tolerates (and logs).
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import os
@@ -35,7 +34,7 @@ from ..io import (
     write_text_atomic,
 )
 from ..upgrade import MANIFEST_VERSION, VERSION_KEY, upgrade_manifest
-from .schema import parse_columns
+from .schema import check_header, check_rows, parse_columns, parse_unknown, row_rules
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +164,12 @@ def _resume(path: Path, columns: Sequence[str], manifest: dict) -> set[int]:
     if old is None:
         raise SmoothcertError(f"{path} exists but has no manifest; choose another --out")
     _check_same_identity(path, old, manifest)
-    records = _load(path)  # what read_records accepts, checked before anything is changed
+    try:  # what read_records accepts, checked before anything is changed
+        records = _load(path)
+    except SmoothcertError as e:
+        raise SmoothcertError(f"{e}; so it cannot be resumed: correct that line, or move "
+                              f"{path.name} and {manifest_path(path).name} away to start "
+                              "again (or choose another --out)") from None
     if records.columns_order != tuple(columns):
         raise SmoothcertError(f"{path} has columns {list(records.columns_order)}; cannot resume")
     trim_tsv(path)  # a torn last line: its process died while writing it
@@ -257,9 +261,11 @@ def read_records(path) -> Records:
 
     Every known field is checked against the schema (:mod:`smoothcert.runs.schema`): its type
     and range, the rules between the fields of a row, idx unique; with a manifest, the header is
-    its columns, every idx lies inside the dataset and in this shard's index list, and ``seed``
-    and ``alpha`` are the identity's. The first line that breaks a rule is one SmoothcertError
-    naming the file, the line and the field. A torn last line (no newline: a killed run was
+    its columns, every idx lies inside the dataset and in this shard's index list, every label
+    and prediction is a class of the run's model, and ``seed``, ``alpha`` and (unless the
+    certifier varies it) ``sigma`` are the identity's. The file is streamed: the first line
+    that breaks a rule is one SmoothcertError naming the file, the line and the field, raised
+    before much of the rest is read. A torn last line (no newline: a killed run was
     writing it) is the one defect tolerated: it is left out, ``torn_line`` says so, and a
     warning is logged (one line on stderr when logging is not configured, as in the CLI).
     """
@@ -271,91 +277,118 @@ def read_records(path) -> Records:
 
 
 def _load(path: Path) -> Records:
-    """:func:`read_records` without the warning."""
-    header, cells, torn = _read_table(path)
+    """:func:`read_records` without the warning. The file is streamed in blocks of whole lines
+    (:func:`_blocks`), each checked before the next is read: a file that is not a record file
+    fails on its first line, one that turns bad fails in the block of its first bad line."""
+    with _open_table(path) as f:
+        header = _header(path, f)
+        manifest = read_manifest(path)
+        check_header(path, header, manifest)
+        rules = row_rules(header, manifest, _index_contract(path, manifest))
+        parts, line, torn = [], 2, False
+        for block, torn_at_end in _blocks(path, f):
+            torn = torn_at_end
+            if block:
+                cells, count = _split(path, header, block, line)
+                data = parse_columns(path, header, cells, line, _joined(header, parts))
+                check_rows(path, data, rules, line)
+                parts.append((data, [cells[j] for j in rules.unknown]))
+                line += count
+    return Records(str(path), header, _columns(header, parts, rules.unknown), manifest,
+                   torn_line=torn)
+
+
+FIRST_BLOCK, LAST_BLOCK = 1 << 16, 1 << 23  # bytes read at once: from 64 KiB, doubling to 8 MiB
+MAX_LINE = 1 << 20  # bytes: a record line holds a few hundred; a longer one is not a record
+
+
+def _open_table(path: Path):
+    """The record file open for reading bytes; a folder or a missing file is one line."""
+    if path.is_dir():
+        raise SmoothcertError(f"cannot read record file {path}: it is a folder, not a file")
+    try:
+        return open(path, "rb")  # noqa: SIM115 (the caller's with block closes it)
+    except OSError as e:
+        why = "it does not exist" if isinstance(e, FileNotFoundError) else e.strerror
+        raise SmoothcertError(f"cannot read record file {path}: {why}") from e
+
+
+def _header(path: Path, f) -> tuple:
+    """The first line's column names; a file whose first line has no ``idx`` column is refused
+    having read that line alone (at most :data:`MAX_LINE` bytes)."""
+    first = f.readline(MAX_LINE + 1)
+    text = first[:-1].decode("utf-8", errors="replace") if first.endswith(b"\n") else ""
+    header = tuple(text.split("\t"))
     if "idx" not in header:
         raise SmoothcertError(f"{path} is not a record file (no header line with an 'idx' column)")
-    manifest = read_manifest(path)
-    _check_header(path, header, manifest)
-    data = parse_columns(path, header, cells)
-    _check_manifest(path, data, manifest)
-    return Records(str(path), header, data, manifest, torn_line=torn)
+    return header
 
 
-def _read_table(path: Path) -> tuple[tuple, list, bool]:
-    """A TSV file's header, its rows' fields column by column, and whether a torn last line (no
-    newline) was left out. A row with another number of fields than the header is an error.
+def _blocks(path: Path, f):
+    """``(block, torn)``: the rest of the file as blocks of whole lines, then ``(b"", torn)``,
+    torn saying whether a torn last line (no newline: a killed run was writing it) was left."""
+    size, rest, lines = FIRST_BLOCK, b"", 2
+    while data := f.read(size):
+        data = rest + data
+        end = data.rfind(b"\n") + 1
+        rest, size = data[end:], min(2 * size, LAST_BLOCK)
+        lines += data.count(b"\n", 0, end)
+        if len(rest) > MAX_LINE:
+            raise SmoothcertError(f"{path} line {lines}: longer than {MAX_LINE} bytes; not a "
+                                  "record file")
+        yield data[:end], False
+    yield b"", bool(rest)
 
-    Vectorised for files of 10^5 rows: the fields are counted per line with numpy on the bytes
-    (no UTF-8 character contains a tab or newline byte) and split in one call."""
+
+def _decoded(path: Path, data: bytes, line: int) -> str:
+    """``data`` (lines from ``line`` on) as UTF-8 text; else the line that is not, in one line."""
     try:
-        data = path.read_bytes()
-        complete = data[: data.rfind(b"\n") + 1]
-        text = complete.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SmoothcertError(f"cannot read record file {path}: {e}") from e
-    torn = len(complete) < len(data)
-    if not text:
-        return (), [], torn
-    first = text.index("\n")
-    header, body = tuple(text[:first].split("\t")), text[first + 1:]
-    codes = np.frombuffer(complete, dtype=np.uint8)[complete.index(b"\n") + 1:]  # the rows
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = line + data.count(b"\n", 0, e.start)
+        raise SmoothcertError(f"cannot read record file {path}: line {bad} is not UTF-8 "
+                              "text") from None
+
+
+def _split(path: Path, header: tuple, block: bytes, first: int) -> tuple[list, int]:
+    """The fields of the lines of ``block`` (the first on line ``first``) column by column, and
+    the number of lines; a line with another number of fields than the header is refused.
+    Vectorised for files of 10^5 rows: fields are counted per line with numpy on the bytes (no
+    UTF-8 character holds a tab or newline byte) and split in one call."""
+    text = _decoded(path, block, first)
+    codes = np.frombuffer(block, dtype=np.uint8)
     tabs = np.searchsorted(np.flatnonzero(codes == 9), np.flatnonzero(codes == 10))
     fields = np.diff(tabs, prepend=0) + 1
     wrong = np.flatnonzero(fields != len(header))
     if wrong.size:
         i = int(wrong[0])
-        raise SmoothcertError(f"{path} line {i + 2}: {fields[i]} fields, the header has "
+        raise SmoothcertError(f"{path} line {first + i}: {fields[i]} fields, the header has "
                               f"{len(header)}")
-    flat = body.replace("\n", "\t").split("\t")[:-1]
-    return header, [flat[j::len(header)] for j in range(len(header))], torn
+    flat = text.replace("\n", "\t").split("\t")[:-1]
+    return [flat[j::len(header)] for j in range(len(header))], len(fields)
 
 
-def _check_header(path: Path, header: tuple, manifest: dict | None) -> None:
-    """No column twice; the manifest's columns, where it has them."""
-    repeated = sorted({name for name in header if header.count(name) > 1})
-    if repeated:
-        raise SmoothcertError(f"{path} line 1: column {repeated[0]} appears twice in the header")
-    columns = (manifest or {}).get("columns")
-    if columns is not None and list(columns) != list(header):
-        raise SmoothcertError(
-            f"{path} line 1: the header differs from the columns of its manifest "
-            f"({', '.join(map(str, columns))}); the file was edited or its manifest replaced")
+def _joined(header: tuple, parts: list) -> dict:
+    """The parsed known columns of the chunks read so far, as one array each."""
+    if not parts:
+        return {}
+    return {name: np.concatenate([data[name] for data, _ in parts]) for name in header}
 
 
-def _check_manifest(path: Path, data: dict, manifest: dict | None) -> None:
-    """The rows against the manifest: every idx in its dataset and shard, its identity."""
-    if manifest is None:
-        return
-    idx = data["idx"]
-    problems = []
-    if "indices" in manifest:
-        size, mine, shard = _index_contract(path, manifest)
-        problems += _first(idx >= size, lambda i: f"idx {idx[i]} lies outside the dataset "
-                           f"({size} examples, per the manifest)")
-        problems += _first(~np.isin(idx, mine), lambda i: f"idx {idx[i]} is not one of the "
-                           f"{len(mine)} indices of {shard} of this run (per the manifest)")
-    identity = manifest.get("identity") or {}
-    for name in ("seed", "alpha"):
-        if name in identity and name in data:
-            problems += _first(data[name] != identity[name], lambda i, name=name:
-                               f"{name} is {data[name][i]}; the manifest's run has "
-                               f"{name} {identity[name]}")
-    if problems:
-        i, text = min(problems, key=lambda p: p[0])
-        raise SmoothcertError(f"{path} line {i + 2}: {text}")
-
-
-def _first(mask: np.ndarray, says) -> list:
-    """[(row, text)] for the first row of ``mask``, or []."""
-    if not mask.any():
-        return []
-    i = int(np.argmax(mask))
-    return [(i, says(i))]
-
-
-def _index_contract(path: Path, manifest: dict) -> tuple[int, np.ndarray, str]:
-    """From the manifest: the dataset size, this shard's indices and the shard's name."""
+def _columns(header: tuple, parts: list, unknown: tuple) -> dict:
+    """The file's columns: the known ones joined, those the schema does not know parsed once
+    from all their text (so a column of numbers and text is text throughout)."""
+    if not parts:  # a header and no row: empty columns of the schema's types
+        return parse_columns("", header, [()] * len(header))
+    data = _joined(header, parts)
+    for k, j in enumerate(unknown):
+        data[header[j]] = parse_unknown([cell for _, text in parts for cell in text[k]])
+    return data
+def _index_contract(path: Path, manifest: dict | None) -> tuple[int, np.ndarray, str] | None:
+    """From the manifest: the dataset size, this shard's indices and the shard's name (None
+    without a manifest or an index list in it)."""
+    if manifest is None or "indices" not in manifest:
+        return None
     try:
         spec, shard = manifest["indices"], manifest.get("shard") or {"index": 0, "count": 1}
         size, k, count = int(spec["dataset_size"]), int(shard["index"]), int(shard["count"])
@@ -368,23 +401,6 @@ def _index_contract(path: Path, manifest: dict) -> tuple[int, np.ndarray, str]:
                               f"(indices, shard): {e!r}") from e
     name = f"shard {k} of {count}" if count > 1 else "the index list"
     return size, indices[k::count], name
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from ``12.5`` or ``H:MM:SS[.ffffff]`` (str(datetime.timedelta), Cohen's files)."""
-    try:
-        if ":" not in text:
-            return float(text)
-        h, m, s = text.split(":")
-        days = 0
-        if "day" in h:  # "1 day, 2:03:04"
-            d, h = h.split(",")
-            days = int(d.split()[0])
-        return datetime.timedelta(
-            days=days, hours=int(h), minutes=int(m), seconds=float(s)
-        ).total_seconds()
-    except ValueError as e:
-        raise SmoothcertError(f"cannot read duration {text!r}") from e
 
 
 def distinct_labels(paths: Sequence, strip_suffix: bool = True) -> list[str]:

@@ -4,10 +4,10 @@
 map-style dataset) and for the CLI (a checkpoint and a registered dataset, through
 :func:`run_dataset`). The runner owns everything around the algorithm: loading the model and
 the examples (``inputs.py``), checking they fit, the global index list and this shard's part of
-it, per-example generators seeded from (seed, idx), resuming, timing and the progress bar. A
-certifier (``certifiers/``) owns the algorithm: a program that maps one input to one row. The
-runner drives the programs of many inputs through the one engine; a certifier needs only its
-own file.
+it, per-example generators seeded from (seed, idx), resuming, timing and progress (a bar, or a
+plain line every 30 s off a terminal: ``progress.py``). A certifier (``certifiers/``) owns the
+algorithm: a program that maps one input to one row. The runner drives the programs of many
+inputs through the one engine; a certifier needs only its own file.
 
 Identity and resuming. A record file's manifest stores the run's identity (:func:`run_identity`):
 everything that determines its rows. ``batch`` is not part of it — the engine draws each
@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..certifiers import CERTIFIERS, Certifier, RunContext, build_certifier
 from ..data.datasets import data_files, load_dataset
@@ -54,7 +53,7 @@ from ..models.checkpoint import versions
 from ..noise.base import NOISES
 from ..rng import example_generator
 from ..smoothing.engine import CHUNK, BatchedVotes
-from ..smoothing.smoothed import Smoothed
+from ..smoothing.smoothed import Smoothed, plain
 from ..tensors import eval_mode
 from ..upgrade import certifier_spelling
 from .inputs import (
@@ -63,12 +62,16 @@ from .inputs import (
     as_examples,
     check_compatible,
     check_denoiser,
+    check_labels,
+    checked_indices,
+    checked_shard,
     denoiser_fields,
     load_source,
     sigma_and_noise,
     split_denoised,
     with_denoiser,
 )
+from .progress import check_progress, progress_meter
 from .records import (
     Records,
     global_indices,
@@ -139,7 +142,7 @@ class RunConfig:
         object.__setattr__(self, "options", self.build_certifier().options())
         object.__setattr__(self, "engine", _resolved_engine(self.engine))
         if self.indices is not None:
-            object.__setattr__(self, "indices", _checked_indices(self.indices))
+            object.__setattr__(self, "indices", checked_indices(self.indices))
         _check_denoiser(self)
 
     def build_certifier(self) -> Certifier:
@@ -190,15 +193,6 @@ def _check_denoiser(cfg: RunConfig) -> None:
             f"certifier {cfg.certifier!r} certifies each input at its own sigma, but a "
             f"diffusion denoiser denoises at the one timestep of sigma {cfg.sigma} "
             f"(t* = {cfg.timestep}); use a trained denoiser or another certifier")
-
-
-def _checked_indices(indices) -> tuple[int, ...]:
-    values = tuple(indices)
-    if not values or not all(type(i) is int and i >= 0 for i in values):
-        raise SmoothcertError("indices must be a non-empty list of integers >= 0")
-    if len(set(values)) != len(values):
-        raise SmoothcertError("indices must not repeat an index")
-    return values
 
 
 def _resolved_engine(given: dict) -> dict:
@@ -254,6 +248,12 @@ def certify_dataset(
     default certifier each row's certificate holds with probability ≥ 1 − ``alpha``
     (Cohen et al., Thm. 1): ``predict`` −1 is an abstention.
 
+    ``progress``: False (nothing), True or ``"bar"`` (a progress bar on stderr), ``"lines"``
+    (a plain line on stderr every 30 s: images done, s per image, time left; for a log file).
+    Numbers may be numpy scalars. Labels must be integers in [0, num_classes): a bad one is
+    refused before the first row is written (where the dataset's labels can be read without
+    its images: ``labels``/``targets`` or a list; else when its example is read).
+
     ``denoiser`` puts a denoiser in front of the classifier (denoised smoothing; the certified
     function is classifier ∘ denoiser): a denoiser checkpoint (``train --method denoiser-mse``,
     ``import-checkpoint --format denoised-smoothing``), ``"diffusers:FOLDER"`` (a local
@@ -261,29 +261,24 @@ def certify_dataset(
     ``model`` that is a ``Denoised(denoiser, classifier)`` module runs the same way.
     """
     model, denoiser = split_denoised(model, denoiser)
-    source = load_source(model, device, num_classes)
+    source = load_source(model, device, plain(num_classes))
     data = as_examples(dataset)
     certifier, noise = certifier_spelling(certifier, noise)
     needs_n0 = certifier_class(certifier).needs_n0  # an unknown name raises, listing the known ones
-    sigma, noise = sigma_and_noise(sigma, noise, source)
+    sigma, noise = sigma_and_noise(plain(sigma), noise, source, denoised=denoiser is not None)
     source = with_denoiser(source, denoiser, sigma)  # after σ: a diffusion denoiser's t* is σ's
+    n0, n, alpha, batch, seed, skip, max_count = map(  # numpy scalars are numbers too
+        plain, (n0, n, alpha, batch, seed, skip, max_count))
     cfg = RunConfig(
         certifier=certifier, checkpoint_sha256=source.sha256, dataset=data.name, split=data.split,
         sigma=sigma, n=n, alpha=alpha, batch=batch, seed=seed, skip=skip, max_count=max_count,
         n0=n0 if needs_n0 else None, device_type=source.device.type,
         options=dict(options or {}), engine=dict(engine or {}),
-        indices=tuple(indices) if indices is not None else None, noise=noise,
+        indices=tuple(map(plain, indices)) if indices is not None else None, noise=noise,
         **denoiser_fields(source),
     )
-    return execute(cfg, source, data, out, shard=_checked_shard(shard), workers=workers,
+    return execute(cfg, source, data, out, shard=checked_shard(shard), workers=workers,
                    progress=progress)
-
-
-def _checked_shard(shard) -> tuple[int, int]:
-    index, count = shard if isinstance(shard, (tuple, list)) and len(shard) == 2 else (-1, -1)
-    if type(count) is not int or type(index) is not int or count < 1 or not 0 <= index < count:
-        raise SmoothcertError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
-    return index, count
 
 
 def run_dataset(
@@ -308,14 +303,17 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     the rows returned are the file's. Everything is checked before the file is opened."""
     check_denoiser(source, cfg.denoiser, cfg.timestep)
     check_compatible(source, data)
+    check_progress(progress)
     if workers is not None:
         check_count("workers", workers, minimum=0)
     certifier = cfg.build_certifier()
     mine = shard_indices(cfg.run_indices(len(data)), *shard)
     _check_shardable(cfg, certifier, shard)
+    certifier.check(cfg)  # e.g. sequential's grid: refused before the record file exists
     noise = NOISES[cfg.noise](cfg.sigma)
     if mine:  # e.g. the sound noises' 8-bit grid: refused before the file is opened
         noise.check_input(data.example(mine[0])[0])
+    check_labels(data, mine, source.num_classes)  # a row with label -1 would poison the file
     path = shard_path(out, *shard) if out is not None else None
     cfg = _file_chunk(cfg, path)
     writer, done = _open(path, cfg, source, shard, len(data), data_files(data.dataset))
@@ -326,11 +324,11 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     certifier.start(run)
     todo = [i for i in mine if i not in done]
     name = path.name if path is not None else data.name
-    bar = tqdm(total=len(mine), initial=len(mine) - len(todo), disable=not progress,
-               desc=f"{cfg.certifier} {name}", unit="img", dynamic_ncols=True)
+    bar = progress_meter(progress, len(mine), len(mine) - len(todo), f"{cfg.certifier} {name}")
     produced = []
+    stream = data.stream(todo, workers, num_classes=source.num_classes)
     with writer, bar, eval_mode(source.model):
-        for row in _rows(certifier, run, data.stream(todo, workers)):
+        for row in _rows(certifier, run, stream):
             writer.write(row)
             produced.append(row)
             bar.update()
@@ -457,6 +455,8 @@ def _manifest(cfg: RunConfig, source: ModelSource, shard, dataset_size: int) -> 
     denoiser = {"denoiser": source.denoiser.label} if source.denoiser is not None else {}
     return {
         "identity": run_identity(cfg),
+        # outside the identity (files written before it resume): the readers' class bound
+        "num_classes": source.num_classes,
         "shard": {"index": shard[0], "count": shard[1]},
         "indices": indices,
         "provenance": {

@@ -15,6 +15,12 @@ The columns are the runner's (``idx label time seed``), Cohen et al.'s and CERTI
 those ``analyze grad-norms --out`` writes. A column name means one thing in every file that has
 it (``runner_up``: an integer >= 0, the runner-up's vote count in PREDICT files, its class in
 L-bound files).
+
+A file with a manifest is held to what the manifest fixes about each row (:func:`row_rules`,
+:func:`check_rows`): its header is the manifest's columns, every idx lies in the dataset and in
+the shard's index list, every label and prediction is a class of the run's model, and the
+fields the identity fixes (:data:`IDENTITY_COLUMNS`) hold the identity's values. Files are
+checked a block of rows at a time as they are read (``parse_columns``' ``earlier``).
 """
 
 from __future__ import annotations
@@ -22,11 +28,20 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..certifiers.certifier import CERTIFIERS
-from ..certifiers.columns import CERTIFY_RELATIONS, CERTIFY_RULES, Column, Relation, distance
+from ..certifiers.columns import (
+    CERTIFY_RELATIONS,
+    CERTIFY_RULES,
+    Column,
+    Relation,
+    distance,
+    prediction,
+)
+from ..data.registry import DATASETS
 from ..errors import SmoothcertError
 
 RUN_COLUMNS: dict[str, Column] = {
@@ -68,12 +83,14 @@ def known_relations() -> list[Relation]:
 
 # --------------------------------------------------------------------------- parsing and checks
 def parse_columns(path, header: Sequence[str], cells: Sequence[Sequence[str]],
-                  first_line: int = 2) -> dict:
+                  first_line: int = 2, earlier: dict | None = None) -> dict:
     """The columns of a record file's rows, each parsed to its type, after every check.
 
     ``cells`` holds one sequence of str per column of ``header`` (the rows' fields, the first
     row on line ``first_line``). Raises one SmoothcertError for the first line that breaks the
-    schema: a field's type or range, a rule between fields, or an idx seen before.
+    schema: a field's type or range, a rule between fields, or an idx seen before. A file read
+    in chunks passes ``earlier``: the parsed columns of the rows before these (lines 2 to
+    ``first_line`` − 1, already checked), so that an idx of theirs repeated here is found too.
     """
     data, problems, columns = {}, [], known_columns()
     bad_rows = np.zeros(len(cells[0]) if cells else 0, dtype=bool)
@@ -85,7 +102,7 @@ def parse_columns(path, header: Sequence[str], cells: Sequence[Sequence[str]],
             i = int(np.argmax(bad))
             problems.append((i, f"{name} is {_shown(text[i])}; {columns[name].rule}"))
     problems += _relation_problems(data, ~bad_rows)
-    problems += _duplicate_problems(data, cells, header, ~bad_rows, first_line)
+    problems += _duplicate_problems(data, ~bad_rows, first_line, earlier or {})
     if problems:
         i, text = min(problems, key=lambda p: p[0])
         raise SmoothcertError(f"{path} line {first_line + i}: {text}")
@@ -96,7 +113,7 @@ def _parse(column: Column | None, text: Sequence[str]) -> tuple[np.ndarray, np.n
     """A column's values and the mask of those that break its rule (none for unknown columns:
     ``column`` None)."""
     if column is None:
-        return _parse_unknown(text), np.zeros(len(text), dtype=bool)
+        return parse_unknown(text), np.zeros(len(text), dtype=bool)
     if column.kind == "text":
         values = np.array(text, dtype=object)
         return values, column.outside(values)
@@ -157,7 +174,7 @@ def _days_in_hours(text: str) -> float:
         return math.nan
 
 
-def _parse_unknown(text: Sequence[str]) -> np.ndarray:
+def parse_unknown(text: Sequence[str]) -> np.ndarray:
     """An unchecked column: integers, else floats (an empty cell is NaN), else text."""
     values, unreadable = _parse_numbers(text, "int")
     if not unreadable.any():
@@ -191,21 +208,134 @@ def _relation_problems(data: dict, ok: np.ndarray) -> list:
     return problems
 
 
-def _duplicate_problems(data: dict, cells: Sequence[Sequence[str]], header: Sequence[str],
-                        ok: np.ndarray, first_line: int) -> list:
+def _duplicate_problems(data: dict, ok: np.ndarray, first_line: int, earlier: dict) -> list:
     """(row, text) for the first row whose idx an earlier row already has (rows whose fields
-    are ok)."""
-    idx = data.get("idx")
+    are ok; ``earlier``: the checked rows before them, from line 2)."""
+    idx, before = data.get("idx"), earlier.get("idx", np.empty(0, dtype=np.int64))
     if idx is None or idx.dtype.kind != "i":
         return []
     rows = np.flatnonzero(ok)
-    order = rows[np.argsort(idx[rows], kind="stable")]  # equal idx keep their file order
-    repeats = order[1:][idx[order[1:]] == idx[order[:-1]]]
+    both = np.concatenate([before, idx[rows]])  # in file order: lines 2.. then this chunk's
+    order = np.argsort(both, kind="stable")  # equal idx keep their file order
+    repeats = order[1:][both[order[1:]] == both[order[:-1]]]
     if len(repeats) == 0:
         return []
-    i = int(repeats.min())
-    first = int(rows[np.flatnonzero(idx[rows] == idx[i])[0]])
-    differ = [name for name, text in zip(header, cells) if text[first] != text[i]]
+    j = int(repeats.min())
+    k = int(np.flatnonzero(both == both[j])[0])
+    n = len(before)  # position m of ``both`` is line 2 + m before this chunk, else row m - n
+
+    def line(m: int) -> int:
+        return 2 + m if m < n else first_line + int(rows[m - n])
+
+    def value(name: str, m: int):
+        return earlier[name][m] if m < n else data[name][rows[m - n]]
+
+    differ = [name for name in data if not _same(value(name, k), value(name, j))]
     how = f"rows that differ in {', '.join(differ)}" if differ else "the same row twice"
-    return [(i, f"idx {idx[i]} repeats line {first_line + first} ({how}); an example has "
-                "one row")]
+    return [(line(j) - first_line, f"idx {both[j]} repeats line {line(k)} ({how}); an example "
+                                   "has one row")]
+
+
+def _same(a, b) -> bool:
+    """Two parsed fields are equal (two NaNs too: an unknown column may hold them)."""
+    return bool(a == b) or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+
+
+# --------------------------------------------------------------------------- the manifest's rules
+IDENTITY_COLUMNS = ("seed", "alpha", "sigma")
+"""Columns that repeat the run identity's field of the same name in every row (``sigma`` unless
+the certifier smooths each input at its own σ_x: ``varies_sigma``). ``n`` and ``n0`` are not
+among them: the sequential certifier's ``n`` counts the draws it used, the L-bound's ``n0`` is 0
+when it selects the class on the clean input."""
+
+
+@dataclass(frozen=True)
+class RowRules:
+    """What a manifest fixes about each row of its file (None or empty: nothing)."""
+
+    unknown: tuple  # positions of the columns the schema does not know
+    size: int | None = None  # examples in the dataset
+    shard: np.ndarray | None = None  # this shard's indices, sorted
+    shard_name: str = ""
+    fixed: dict = field(default_factory=dict)  # column -> the identity's value
+    num_classes: int | None = None
+
+
+def row_rules(header: Sequence[str], manifest: dict | None, contract: tuple | None) -> RowRules:
+    """What ``manifest`` fixes about the rows of a file with ``header``; ``contract`` is its
+    (dataset size, this shard's indices, the shard's name), or None."""
+    unknown = tuple(j for j, name in enumerate(header) if name not in known_columns())
+    if manifest is None:
+        return RowRules(unknown)
+    identity = manifest.get("identity") or {}
+    size, shard, name = contract or (None, None, None)
+    fixed = {c: identity[c] for c in _identity_columns(identity) if c in identity}
+    return RowRules(unknown, size, None if shard is None else np.sort(shard), name or "",
+                     {c: v for c, v in fixed.items() if c in header}, _num_classes(manifest))
+
+
+def _identity_columns(identity: dict) -> tuple:
+    """:data:`IDENTITY_COLUMNS` for the identity's certifier (σ unchecked for one that varies
+    it, or one no longer registered, whose capability is unknown)."""
+    name = identity.get("certifier")
+    if name is not None and getattr(CERTIFIERS.get(name), "varies_sigma", True):
+        return tuple(c for c in IDENTITY_COLUMNS if c != "sigma")
+    return IDENTITY_COLUMNS
+
+
+def _num_classes(manifest: dict) -> int | None:
+    """The classes of the run's model: the manifest's ``num_classes``, else its registered
+    dataset's (None where neither says, e.g. an image folder)."""
+    count = manifest.get("num_classes")
+    if count is None:
+        spec = DATASETS.get((manifest.get("identity") or {}).get("dataset"))
+        count = getattr(spec, "num_classes", None) or None
+    return int(count) if isinstance(count, (int, float)) and count >= 2 else None
+
+
+def check_rows(path, data: dict, rules: RowRules, first_line: int) -> None:
+    """The rows (the first on ``first_line``) against their manifest: every idx in its dataset
+    and shard, every label and prediction a class of the model, the identity's fixed fields."""
+    idx, problems = data["idx"], []
+    if rules.size is not None:
+        problems += _first(idx >= rules.size, lambda i: f"idx {idx[i]} lies outside the "
+                           f"dataset ({rules.size} examples, per the manifest)")
+        problems += _first(~np.isin(idx, rules.shard), lambda i: f"idx {idx[i]} is not one of "
+                           f"the {len(rules.shard)} indices of {rules.shard_name} of this run "
+                           "(per the manifest)")
+    for name in _class_columns(data) if rules.num_classes else ():
+        problems += _first(data[name] >= rules.num_classes, lambda i, name=name:
+                           f"{name} is {data[name][i]}; the run's model has "
+                           f"{rules.num_classes} classes (0 to {rules.num_classes - 1})")
+    for name, value in rules.fixed.items():
+        problems += _first(data[name] != value, lambda i, name=name, value=value:
+                           f"{name} is {data[name][i]}; the manifest's run has {name} {value}")
+    if problems:
+        i, text = min(problems, key=lambda p: p[0])
+        raise SmoothcertError(f"{path} line {first_line + i}: {text}")
+
+
+def _class_columns(data: dict) -> list[str]:
+    """``label`` and the columns the schema reads as predictions (a class or -1)."""
+    columns = known_columns()
+    return [name for name in data if name == "label" or columns.get(name) == prediction(name)]
+
+
+def _first(mask: np.ndarray, says) -> list:
+    """[(row, text)] for the first row of ``mask``, or []."""
+    if not mask.any():
+        return []
+    i = int(np.argmax(mask))
+    return [(i, says(i))]
+
+
+def check_header(path, header: Sequence[str], manifest: dict | None) -> None:
+    """No column twice; the manifest's columns, where it has them."""
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise SmoothcertError(f"{path} line 1: column {repeated[0]} appears twice in the header")
+    columns = (manifest or {}).get("columns")
+    if columns is not None and list(columns) != list(header):
+        raise SmoothcertError(
+            f"{path} line 1: the header differs from the columns of its manifest "
+            f"({', '.join(map(str, columns))}); the file was edited or its manifest replaced")

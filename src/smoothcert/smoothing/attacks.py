@@ -150,6 +150,8 @@ class SoftSmoothedAttack(Configurable, abc.ABC):
 
     plugin_kind = "attack"
     option_word = "hyperparameter"
+    #: True when the output at every ε is one ε-free ``search(...)`` projected onto the ε-ball
+    epsilon_free = False
 
     @dataclass(frozen=True)
     class Options:
@@ -207,6 +209,17 @@ class SoftSmoothedAttack(Configurable, abc.ABC):
             delta = self._perturbation(objective, x, eps, generator)
         return (x + delta).detach()
 
+    @final
+    def skip_draws(self, x: torch.Tensor, generator: torch.Generator | None = None) -> None:
+        """Draw and discard the random directions one attack on x (B, ...) draws (T of x's shape).
+
+        ``generator`` is then where it would be after the attack (draws of the objective itself,
+        such as :class:`FreshNoiseObjective`'s, excluded): a caller that reuses a result instead
+        of rerunning the attack keeps every later draw unchanged.
+        """
+        for _ in range(self.num_steps):
+            torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+
     @abc.abstractmethod
     def _perturbation(
         self,
@@ -225,13 +238,16 @@ class SoftSmoothedAttack(Configurable, abc.ABC):
         return f"{type(self).__name__}({args})"
 
 
-def _ascent(objective, x_adv: torch.Tensor, generator) -> tuple[torch.Tensor, ObjectiveValue]:
-    """The unit ascent direction ∇L/‖∇L‖₂ per input at x_adv, and the objective there.
+def _ascent(objective, x_adv: torch.Tensor, generator) -> tuple[torch.Tensor, ObjectiveValue,
+                                                               torch.Tensor]:
+    """The unit ascent direction ∇L/‖∇L‖₂ per input at x_adv, the objective there, and (B,) bool:
+    whether the direction is random.
 
     Where the gradient is exactly zero the authors' code substitutes a random Gaussian direction;
     we use that direction normalised to unit length so every step has its nominal size. The
     random directions are drawn for the whole batch at every step (no host synchronisation, and
-    the generator advances by the same amount whatever the gradients are).
+    the generator advances by the same amount whatever the gradients are:
+    :meth:`SoftSmoothedAttack.skip_draws` relies on it).
     """
     x_adv = x_adv.detach().requires_grad_(True)
     value = objective(x_adv)
@@ -241,7 +257,7 @@ def _ascent(objective, x_adv: torch.Tensor, generator) -> tuple[torch.Tensor, Ob
     rand = torch.randn(grad.shape, generator=generator, device=grad.device, dtype=grad.dtype)
     rand = rand / _l2(rand).clamp_min(torch.finfo(rand.dtype).tiny).view(shape)
     direction = torch.where(norms > 0, grad / norms.clamp_min(torch.finfo(grad.dtype).tiny), rand)
-    return direction, ObjectiveValue(value.loss.detach(), value.misclassified)
+    return direction, ObjectiveValue(value.loss.detach(), value.misclassified), norms.view(-1) == 0
 
 
 def _l2(t: torch.Tensor) -> torch.Tensor:
@@ -299,7 +315,7 @@ class PGDL2(SoftSmoothedAttack):
         alpha = _per_input(rel * epsilon, x)
         delta = torch.zeros_like(x)
         for _ in range(self.num_steps):
-            direction, _ = _ascent(objective, x + delta, generator)
+            direction, _, _ = _ascent(objective, x + delta, generator)
             delta = _project(_into_box(x, delta + alpha * direction), epsilon)
         return delta
 
@@ -317,6 +333,25 @@ def ddn_step_size(step: int, num_steps: int) -> float:
     """
     cos = (1.0 + math.cos(math.pi * (step + 1) / num_steps)) / 2.0
     return _DDN_MIN_STEP + (_DDN_MAX_STEP - _DDN_MIN_STEP) * cos
+
+
+@dataclass(frozen=True)
+class DDNSearch:
+    """DDN's search before its final projection, for a batch of B inputs (detached).
+
+    ``delta`` (B, ...): the smallest-norm iterate whose noisy majority vote missed the label, 0
+    where none did (x + delta lies in [0, 1]). ``random`` (B,) bool: some step of that input
+    followed a random direction (an exactly zero gradient), so its search depends on the
+    generator's state, not only on x, the label and the noises.
+    """
+
+    delta: torch.Tensor
+    random: torch.Tensor
+
+    def within(self, epsilon: float | torch.Tensor) -> torch.Tensor:
+        """δ scaled onto the L2 ball of radius ε (a float or one per input, (B,)), unchanged
+        inside it: DDN's perturbation at budget ε."""
+        return _project(self.delta, _check_epsilon(epsilon, self.delta))
 
 
 @ATTACKS.register("ddn")
@@ -360,15 +395,49 @@ class DDN(SoftSmoothedAttack):
             if self.quantize_levels is not None:
                 check_count("quantize_levels", self.quantize_levels, minimum=2)
 
+    @final
+    def search(self, model: nn.Module, objective, x: torch.Tensor, *,
+               epsilon: float | torch.Tensor | None = None,
+               generator: torch.Generator | None = None) -> DDNSearch:
+        """DDN's minimal-norm search on ``objective`` (as :meth:`attack_objective` runs it)
+        without the final projection: from the same generator state, ``x + search(...).within(ε)``
+        is :meth:`attack_objective`'s output at ε, bit for bit.
+
+        ε enters DDN only through that projection (the authors' ``max_norm`` renorm) and, where
+        ``init_norm`` is null, as the starting norm (then ``epsilon`` is required). So with
+        ``init_norm`` set one search serves every budget ε, and for the inputs whose ``random``
+        is False it is the same from any generator state: a minimal-distance scan over ε need
+        not rerun it. Validation, eval mode and ``generator`` as in :meth:`attack`.
+        """
+        _check_batch(x)
+        if self.init_norm is None and epsilon is None:
+            raise SmoothcertError("DDN.search needs epsilon (its first norm): init_norm is null")
+        eps = None if epsilon is None else _check_epsilon(epsilon, x)
+        with eval_mode(model), torch.enable_grad():
+            return self._search(objective, x.detach(), self._start(x, eps), generator)
+
+    @property
+    def epsilon_free(self) -> bool:  # ε only projects the result: see :meth:`search`
+        return self.init_norm is not None
+
     def _perturbation(self, objective, x, epsilon, generator):
-        radius = epsilon.clone() if self.init_norm is None else torch.full_like(
-            epsilon, self.init_norm
-        )
+        return _project(self._search(objective, x, self._start(x, epsilon), generator).delta,
+                        epsilon)
+
+    def _start(self, x: torch.Tensor, epsilon: torch.Tensor | None) -> torch.Tensor:
+        """The first norm budget r per input (B,): ``init_norm``, or ε where it is null."""
+        if self.init_norm is None:
+            return epsilon.clone()
+        return torch.full((x.shape[0],), self.init_norm, device=x.device, dtype=x.dtype)
+
+    def _search(self, objective, x, radius, generator) -> DDNSearch:
         worst = _l2(torch.maximum(x, 1.0 - x))  # the largest norm that [0, 1]^d allows
         delta, best, best_l2 = torch.zeros_like(x), torch.zeros_like(x), worst.clone()
+        random = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
         for i in range(self.num_steps):
             l2 = _l2(delta)
-            direction, value = _ascent(objective, x + delta, generator)
+            direction, value, zero_gradient = _ascent(objective, x + delta, generator)
+            random = random | zero_gradient
             better = value.misclassified & (l2 < best_l2)
             best_l2 = torch.where(better, l2, best_l2)
             best = torch.where(_per_input(better, x), delta, best)
@@ -377,7 +446,7 @@ class DDN(SoftSmoothedAttack):
             radius = torch.minimum(radius * (1.0 - sign * self.gamma), worst)
             delta = delta * _per_input(radius / _l2(delta).clamp_min(1e-30), x)
             delta = _into_box(x, self._quantized(x + delta) - x)
-        return _project(best, epsilon)
+        return DDNSearch(delta=best.detach(), random=random)
 
     def _quantized(self, x_adv: torch.Tensor) -> torch.Tensor:
         if self.quantize_levels is None:

@@ -23,6 +23,11 @@ autocast; noise is always drawn and added in the input's float32), ``channels_la
 ``compile`` (``torch.compile``). With reduced precision the certificate is a certificate of the
 reduced-precision classifier — the function that actually ran — not of its float32 twin.
 
+The model sees the noisy batch in its own dtype (a half or bf16 model: cast after the noise
+is added in float32), and a row whose logits do not vote (NaN, +inf: :func:`voting`) is counted
+apart on device, so that an input with any such row is refused when its counts are read, with
+no host synchronisation of its own: argmax of NaN would otherwise vote for class 0.
+
 The engine also gives soft scores, the mean softmax over the draws, for certificates of the soft
 smoothed classifier (the L-bound, ``lipschitz.py``).
 """
@@ -134,12 +139,28 @@ class BatchedVotes:
         check_count("batch_size", batch_size)
         model = self.prepare(model)
         sums = torch.zeros(num_classes, dtype=torch.float64, device=x.device)
+        broken = torch.zeros((), dtype=torch.long, device=x.device)  # rows of non-finite logits
         with torch.inference_mode():
             for batch in self._noisy_batches(x, noise, num, batch_size, generator):
                 logits = self.forward(model, batch, batch.shape[0], num_classes)
+                broken += (~voting(logits)).sum()
                 wide = torch.promote_types(logits.dtype, torch.float32)  # bf16/fp16 logits
                 sums += logits.to(wide).softmax(dim=1).sum(dim=0, dtype=torch.float64)
+        self.check_finite(int(broken), num, None)  # one host synchronisation, at the end
         return sums / num
+
+    def check_finite(self, broken: int, rows: int, key) -> None:
+        """Refuse the votes of an input when the model returned logits that do not vote
+        (:func:`voting`) for ``broken`` of its ``rows`` noisy inputs: argmax of NaN logits is
+        class 0, so a checkpoint with NaN weights would otherwise certify every input as
+        class 0."""
+        if broken:
+            where = "the input" if key is None else f"input {key}"
+            advice = ("; with precision fp16 the logits may overflow: try bf16 or fp32"
+                      if self.precision == "fp16" else
+                      " (NaN weights in the checkpoint, or an overflow in the model)")
+            raise SmoothcertError(f"the model returned NaN/inf logits for {broken} of {rows} "
+                                  f"noisy copies of {where}{advice}")
 
     def _noisy_batches(self, x, noise, num, batch_size, generator) -> Iterator[torch.Tensor]:
         """Batches of ≤ ``batch_size`` rows x + δ, the num draws δ in canonical chunks cut as
@@ -182,12 +203,18 @@ class BatchedVotes:
         return runnable
 
     def forward(self, model, batch: torch.Tensor, size: int, num_classes: int) -> torch.Tensor:
-        """Logits of the first ``size`` rows of ``batch`` (the model sees the whole batch)."""
+        """Logits of the first ``size`` rows of ``batch`` (the model sees the whole batch).
+
+        The noisy batch is cast to the model's parameter dtype where they differ (a half or
+        bf16 model, float64 inputs): the cast is a fixed function of the noisy input, so it is
+        part of the classifier that is smoothed, and the noise itself stays in the input's
+        dtype (float32 at least: see ``Smoothed.prepare_input``)."""
         dtype = PRECISIONS[self.precision]
         autocast = (torch.autocast(batch.device.type, dtype=dtype) if dtype is not None
                     else contextlib.nullcontext())
+        wanted = input_dtype(model)
         with autocast:
-            logits = model(batch)
+            logits = model(batch if wanted in (None, batch.dtype) else batch.to(wanted))
         _check_logits(logits, batch.shape[0], num_classes)
         return logits[:size]
 
@@ -230,7 +257,9 @@ class _Scheduler:
         self.num_classes, self.batch_size = num_classes, batch_size
         self.active: list[_Stream] = []
         self.free_cells: list[int] = []
-        self.table: torch.Tensor | None = None  # (cells + 1, C) counts; the last row is padding
+        # (cells + 1, C + 1) counts; the last row is padding, the last column counts the rows
+        # whose logits were not finite (a vote for no class: refused when the request ends)
+        self.table: torch.Tensor | None = None
         self.buffer = self.carry_buffer = None
         # drawn, not yet forwarded: the rest of a chunk larger than the room left in a batch
         self.carry: tuple[_Stream, int, torch.Tensor] | None = None
@@ -286,13 +315,13 @@ class _Scheduler:
     def _allocate(self, x: torch.Tensor) -> None:
         self.buffer = self.engine._buffer(self.batch_size, x)
         self.carry_buffer = self.engine._buffer(self.engine.chunk, x)
-        self.table = torch.zeros((65, self.num_classes), dtype=torch.long, device=x.device)
+        self.table = torch.zeros((65, self.num_classes + 1), dtype=torch.long, device=x.device)
         self.free_cells = list(range(64))
 
     def _cell(self) -> int:
         if not self.free_cells:  # grow the counts table, keeping the padding row last
             rows = self.table.shape[0] - 1
-            grown = torch.zeros((2 * rows + 1, self.num_classes), dtype=torch.long,
+            grown = torch.zeros((2 * rows + 1, self.num_classes + 1), dtype=torch.long,
                                 device=self.table.device)
             grown[:rows] = self.table[:rows]
             self.table, self.free_cells = grown, list(range(rows, 2 * rows))
@@ -304,13 +333,17 @@ class _Scheduler:
         size = sum(rows for _, _, rows in pieces)
         padded = self.engine.compile  # a compiled model keeps one batch shape
         batch = self.buffer if padded else self.buffer[:size]
-        labels = self.engine.forward(self.model, batch, size, self.num_classes).argmax(dim=1)
+        logits = self.engine.forward(self.model, batch, size, self.num_classes)
+        # a row that does not vote (NaN, +inf) goes to the extra column C: checked without a
+        # host synchronisation of its own, when its request's counts are read (``_complete``)
+        labels = logits.argmax(dim=1).masked_fill_(~voting(logits), self.num_classes)
+        width = self.num_classes + 1
         if len(pieces) == 1:
-            self.table[pieces[0][1]] += torch.bincount(labels, minlength=self.num_classes)
+            self.table[pieces[0][1]] += torch.bincount(labels, minlength=width)
         else:
             cells = torch.repeat_interleave(torch.tensor([c for _, c, _ in pieces]),
                                             torch.tensor([r for _, _, r in pieces]))
-            flat = cells.to(labels.device, non_blocking=True) * self.num_classes + labels
+            flat = cells.to(labels.device, non_blocking=True) * width + labels
             self.table.view(-1).index_add_(0, flat, torch.ones_like(flat))
         for stream, _, rows in pieces:
             stream.span_rows += rows
@@ -360,7 +393,9 @@ class _Scheduler:
         answers, start = [], 0
         for stream in done:
             k = len(stream.cells)
-            answers.append((stream, counts[start:start + k]))
+            mine = counts[start:start + k]
+            self.engine.check_finite(int(mine[:, -1].sum()), int(mine.sum()), stream.key)
+            answers.append((stream, mine[:, :-1]))
             self.free_cells.extend(stream.cells)
             stream.request, stream.cells, start = None, [], start + k
         yield from self._advance(answers)
@@ -380,6 +415,20 @@ class _Scheduler:
                 stream.seconds += (now - self.clock) * stream.span_rows / rows
             stream.span_rows = 0
         self.clock = now
+
+
+def voting(logits: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: the rows whose argmax is a vote, those whose largest logit is finite. A NaN
+    (NaN weights: argmax would say class 0) or a +inf (an overflow: ties) makes it NaN or
+    +inf; −inf logits are fine beside a finite one (the log of a hard classifier's 0), but a
+    row of −inf only votes for nothing."""
+    return torch.isfinite(logits.amax(dim=1))
+
+
+def input_dtype(model: nn.Module) -> torch.dtype | None:
+    """The dtype of the model's first floating-point parameter or buffer (None: it has none)."""
+    tensors = (t for group in (model.parameters(), model.buffers()) for t in group)
+    return next((t.dtype for t in tensors if t.is_floating_point()), None)
 
 
 def _batch_sizes(num: int, batch_size: int) -> Iterator[int]:

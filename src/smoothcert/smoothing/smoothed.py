@@ -6,15 +6,18 @@ Randomized Smoothing" (ICML 2019), Algorithms 1 and 2 (pseudocode) and their ``c
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from ..errors import SmoothcertError, check_count, check_probability
+from ..noise.base import Noise
+from ..noise.gaussian import Gaussian
 from ..stats import binomial_pvalue, clopper_pearson_lower
 from ..tensors import eval_mode, model_device
-from .engine import BatchedVotes, Draws
+from .engine import BatchedVotes, Draws, input_dtype
 
 
 @dataclass(frozen=True)
@@ -55,16 +58,24 @@ class Certificate:
 class Smoothed:
     """The smoothed classifier of a base ``model`` under ``noise``.
 
-    ``model`` maps a batch (B, C, H, W) of pixel-space inputs in [0, 1] to logits
-    (B, num_classes). Inputs ``x`` to :meth:`predict` and :meth:`certify` are single examples
-    (C, H, W); they are moved to the model's device, where all noise is drawn and votes counted.
+    ``model`` is an ``nn.Module`` that maps a batch (B, C, H, W) of pixel-space inputs in
+    [0, 1] to logits (B, num_classes); ``noise`` a :class:`~smoothcert.noise.Noise` object, or a
+    number: the σ of :class:`~smoothcert.noise.Gaussian` noise. Inputs ``x`` to :meth:`predict`
+    and :meth:`certify` are single examples (C, H, W), moved to the model's device, where all
+    noise is drawn and votes counted. ``generator`` is a ``torch.Generator`` on that device, an
+    integer seed (a generator on the model's device seeded with it) or None (torch's global
+    one). Counts (``n``, ``n0``, ``batch_size``) and levels may be numpy scalars too.
     """
 
     def __init__(self, model: nn.Module, noise, num_classes: int,
                  engine: BatchedVotes | None = None):
+        if not isinstance(model, nn.Module):
+            raise SmoothcertError("model must be a torch nn.Module mapping pixels in [0, 1] to "
+                                  f"logits, got {type(model).__name__} (wrap a function in an "
+                                  "nn.Module)")
         self.model = model
-        self.noise = noise
-        self.num_classes = check_count("num_classes", num_classes, minimum=2)
+        self.noise = _noise(noise)
+        self.num_classes = check_count("num_classes", plain(num_classes), minimum=2)
         self.engine = engine if engine is not None else BatchedVotes()
 
     def predict(self, x, n, alpha, batch_size, generator=None) -> Prediction:
@@ -73,7 +84,7 @@ class Smoothed:
         Returns a class other than g(x) with probability at most α (Cohen et al., Thm. 2): it
         abstains when the two-sided binomial test of the top two counts has p-value > α.
         """
-        return self._run_one(self.predict_program(x, n, alpha, generator), batch_size)
+        return self._run_one(self.predict_program(x, n, alpha, generator), plain(batch_size))
 
     def certify(self, x, n0, n, alpha, batch_size, generator=None) -> Certificate:
         """CERTIFY: a class and a radius that hold with probability ≥ 1−α, or abstain.
@@ -83,12 +94,12 @@ class Smoothed:
         (ĉ_A, noise.radius(p_lower)) if p_lower ≥ ½, else an abstention with radius 0. The radius
         is σ·Φ⁻¹(p_lower) in L2 for Gaussian noise, 2λ·(p_lower − ½) in L1 for uniform noise.
         """
-        return self._run_one(self.certify_program(x, n0, n, alpha, generator), batch_size)
+        return self._run_one(self.certify_program(x, n0, n, alpha, generator), plain(batch_size))
 
     def predict_program(self, x, n, alpha, generator=None):
         """:meth:`predict` as an engine program (``sampling.Draws`` in, counts back)."""
-        check_count("n", n), check_probability("alpha", alpha)
-        x = self.prepare_input(x, generator)
+        n, alpha = check_count("n", plain(n)), check_probability("alpha", plain(alpha))
+        x, generator = self.prepare(x, generator)
         (counts,) = yield Draws(x, self.noise, (n,), generator)
         top2 = torch.topk(torch.from_numpy(counts), 2)
         c1, c2 = (int(v) for v in top2.values)
@@ -101,9 +112,10 @@ class Smoothed:
         """:meth:`certify` as an engine program. The n0 selection draws and the n estimation
         draws are one request of two segments: every class is counted in both, so the
         estimation draws need not wait for the selection (ĉ_A only picks which count to read)."""
-        check_count("n0", n0), check_count("n", n), check_probability("alpha", alpha)
+        n0, n = check_count("n0", plain(n0)), check_count("n", plain(n))
+        alpha = check_probability("alpha", plain(alpha))
         sigma = self.noise.scalar_sigma()
-        x = self.prepare_input(x, generator)
+        x, generator = self.prepare(x, generator)
         selection, estimation = yield Draws(x, self.noise, (n0, n), generator)
         c_hat = int(selection.argmax())
         n_a = int(estimation[c_hat])
@@ -121,15 +133,17 @@ class Smoothed:
     def votes_program(self, x, n: int, generator=None):
         """The counts (num_classes,) int64 array of argmax f(x + δ) over n draws, as an engine
         program (what a certifier with its own class selection needs)."""
-        check_count("n", n)
-        (counts,) = yield Draws(self.prepare_input(x, generator), self.noise, (n,), generator)
+        n = check_count("n", plain(n))
+        x, generator = self.prepare(x, generator)
+        (counts,) = yield Draws(x, self.noise, (n,), generator)
         return counts
 
     def soft_scores(self, x, n: int, batch_size: int, generator=None) -> torch.Tensor:
         """(1/n)·Σ_i softmax f(x + δ_i), float64 (num_classes,) on the model's device: the Monte
         Carlo estimate of the soft smoothed classifier E[softmax f(x + δ)] (Salman et al. 2019);
         see ``sampling.BatchedVotes.soft_scores``."""
-        x = self.prepare_input(x, generator)
+        n, batch_size = check_count("n", plain(n)), plain(batch_size)
+        x, generator = self.prepare(x, generator)
         with eval_mode(self.model):
             return self.engine.soft_scores(self.model, x, self.noise, n, self.num_classes,
                                            batch_size, generator)
@@ -141,12 +155,40 @@ class Smoothed:
         with eval_mode(self.model):
             yield from self.engine.run(self.model, programs, self.num_classes, batch_size)
 
+    def prepare(self, x, generator=None) -> tuple[torch.Tensor, torch.Generator | None]:
+        """(x, generator) ready to draw: :meth:`prepare_input`'s x, and the generator, an
+        integer seed made a generator on the model's device."""
+        generator = self.as_generator(generator)
+        return self.prepare_input(x, generator), generator
+
+    def as_generator(self, generator) -> torch.Generator | None:
+        """``generator`` as a ``torch.Generator`` (or None): an integer seed (≥ 0, numpy's
+        too) seeds a new generator on the model's device; anything else is refused."""
+        if generator is None or isinstance(generator, torch.Generator):
+            return generator
+        if isinstance(generator, numbers.Integral) and not isinstance(generator, bool) \
+                and 0 <= generator < 2**64:
+            return torch.Generator(device=model_device(self.model)).manual_seed(int(generator))
+        raise SmoothcertError("generator must be a torch.Generator, an integer seed in "
+                              f"[0, 2**64) or None, got {generator!r}")
+
     def prepare_input(self, x, generator=None) -> torch.Tensor:
         """``x`` checked (a finite (C, H, W) float tensor of the model's input shape) and moved to
-        the model's device; ``generator`` must live on that device too."""
+        the model's device; ``generator`` must be a ``torch.Generator`` on that device, or None.
+
+        Noise is drawn and added in x's dtype, which is float32, or float64 where both x and
+        the model are (a float64 x of a lower-precision model is cast to float32, a float16 x
+        up to it: noise rounded to 16 bits is not the noise certified); the engine casts the
+        noisy batch to the model's dtype (``BatchedVotes.forward``)."""
         device = model_device(self.model)
-        x = self._validated_input(x).to(device)
+        x = self._validated_input(x)
+        wide = torch.promote_types(input_dtype(self.model) or x.dtype, torch.float32)
+        dtype = torch.float64 if x.dtype == torch.float64 == wide else torch.float32
+        x = x.to(device=device, dtype=dtype)
         self.noise.check_input(x)  # the sound noises need 8-bit inputs: refused before any draw
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise SmoothcertError(f"generator must be a torch.Generator or None, got "
+                                  f"{type(generator).__name__}")
         if generator is not None and generator.device.type != device.type:
             raise SmoothcertError(
                 f"the generator is on {generator.device} but the model is on {device}; "
@@ -168,3 +210,25 @@ class Smoothed:
         if not torch.isfinite(x).all():
             raise SmoothcertError("input contains NaN or Inf")
         return x
+
+
+def plain(value):
+    """A numpy scalar as the Python number it stands for (np.int64 → int, np.float32 → float),
+    so that the checks, which refuse bools, accept every integer and real type; anything else
+    is returned as it is, for the checks to refuse."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return value
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+def _noise(noise) -> Noise:
+    """The noise object; a number is the σ of Gaussian noise (``Smoothed(model, 0.25, 10)``).
+    Values that cannot be a noise (None, a bool, text, a container, a tensor) are refused; any
+    other object is taken as a noise (duck-typed, as plug-ins and test doubles are)."""
+    if isinstance(noise, numbers.Real) and not isinstance(noise, bool):
+        return Gaussian(noise)
+    if not isinstance(noise, (bool, str, bytes, list, tuple, dict, set, torch.Tensor)) and \
+            noise is not None:
+        return noise
+    raise SmoothcertError("noise must be a Noise object (e.g. Gaussian(0.25), Uniform(0.5)) or "
+                          f"a number, the σ of Gaussian noise; got {type(noise).__name__}")

@@ -37,7 +37,8 @@ def grid(radii, sigma) -> tuple[np.ndarray, np.ndarray]:
     if r.size == 0 or not np.all(np.isfinite(r)) or np.any(r < 0):
         raise SmoothcertError(f"radii must be finite numbers >= 0, at least one; got {radii!r}")
     r = np.union1d(r, [0.0])  # sorted, unique, with 0
-    return r, norm.cdf(r / sigma)
+    with np.errstate(over="ignore"):  # r/σ beyond float64 is inf, Φ(inf) = 1: never certified
+        return r, norm.cdf(r / sigma)
 
 
 def thresholds(radii, sigma) -> np.ndarray:

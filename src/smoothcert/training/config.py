@@ -16,6 +16,7 @@ its ``format_version``; :meth:`TrainConfig.from_dict` reads older versions throu
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import math
 import os
@@ -188,15 +189,12 @@ class TrainConfig:
         unknown or missing keys raise, listing the valid ones."""
         d = upgrade_config(d)
         del d[VERSION_KEY]
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(d) - set(names))
-        if unknown:
-            raise SmoothcertError(
-                f"unknown config key(s) {', '.join(unknown)}; valid: {', '.join(names)}"
-            )
+        problems = _key_problems(cls, d) + _name_problems(d)
         missing = [f.name for f in dataclasses.fields(cls) if _required(f) and f.name not in d]
-        if missing:
-            raise SmoothcertError(f"config is missing required key(s): {', '.join(missing)}")
+        if missing:  # last: a misspelt name or key is the likelier cause of the rest
+            problems.append(f"config is missing required key(s): {', '.join(missing)}")
+        if problems:
+            raise SmoothcertError("; ".join(problems))
         return cls(**d)
 
     def differences(self, other: TrainConfig) -> list[str]:
@@ -209,10 +207,63 @@ def _required(f: dataclasses.Field) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
+def _key_problems(cls, d: Mapping[str, Any]) -> list[str]:
+    """The line for the keys of ``d`` that are no field of ``cls`` (with the close field names
+    each may have meant), or none."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(d) - set(names), key=str)
+    if not unknown:
+        return []
+    close = [f"{_close(key, names)} for {key}" for key in unknown if _close(key, names)]
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return [f"unknown config key(s) {', '.join(map(str, unknown))}; valid: {', '.join(names)}"
+            f"{hint}"]
+
+
+def _name_problems(d: Mapping[str, Any]) -> list[str]:
+    """One line for each field of ``d`` that names no entry of its registry (dataset, arch,
+    method, noise, optimizer, lr_schedule, sigma_mode), so that every misspelt name is reported
+    at once, before what follows from it (a value the method needs, a missing key)."""
+    problems = []
+    for kind, known in _named_fields().items():
+        value = d.get(kind)
+        if isinstance(value, str) and value not in known and not _external_arch(kind, value):
+            problems.append(str(_unknown(kind, value, known)))
+    return problems
+
+
+def _named_fields() -> dict[str, Any]:
+    """Each field that names a registry entry, and the names it accepts."""
+    return {"dataset": _known_datasets(), "arch": [*_known_archs(), "torchvision:NAME",
+                                                   "timm:NAME"],
+            "method": METHODS, "noise": NOISES, "optimizer": OPTIMIZERS,
+            "lr_schedule": SCHEDULES, "sigma_mode": SIGMA_MODES}
+
+
+def _external_arch(kind: str, value: str) -> bool:
+    """``torchvision:NAME`` or ``timm:NAME``: its name is checked when the model is built."""
+    zoo, _, name = value.partition(":")
+    return kind == "arch" and bool(name) and zoo in EXTERNAL_ZOOS
+
+
+def _unknown(kind: str, value: str, known) -> SmoothcertError:
+    """The error for a name that is no entry: the known names, and the closest one when a
+    misspelling is likely (``gausian`` -> ``gaussian``)."""
+    close = _close(value, known)
+    hint = f" (did you mean {close!r}?)" if close else ""
+    return SmoothcertError(f"{unknown_name(kind, value, known)}{hint}")
+
+
+def _close(name: str, known) -> str | None:
+    """The known name closest to ``name``, when close enough to be a misspelling of it."""
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
 def _validated(c: TrainConfig) -> dict[str, Any]:
     """Checked and normalised values of every field; raises SmoothcertError on the first bad one."""
-    method = build_method(_check_str("method", c.method), **_check_mapping("method_params",
-                                                                           c.method_params))
+    method = build_method(_check_name("method", c.method, METHODS),
+                          **_check_mapping("method_params", c.method_params))
     unset = method.training_defaults()
     arch = _check_arch(c.arch, method)
     values = {
@@ -324,7 +375,7 @@ def _check_path(name: str, value) -> str | None:
 
 def _check_name(kind: str, value, known) -> str:
     if _check_str(kind, value) not in known:
-        raise unknown_name(kind, value, known)
+        raise _unknown(kind, value, known)
     return value
 
 

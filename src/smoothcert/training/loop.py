@@ -8,6 +8,15 @@ A run lives in one folder::
     DIR/checkpoint.pt   weights + metadata + everything needed to resume (written after each epoch)
     DIR/diffusers/      ``--method diffusion`` only: the model as a diffusers pipeline folder,
                         rewritten after each checkpoint (the method's export hook)
+    DIR/train.lock      while a run writes DIR: a second run into DIR is refused (one line)
+
+Each epoch's log row is appended just before its checkpoint is written (atomically), and cut
+off again if the checkpoint is not (a full disk, an interrupt), so ``log.tsv`` does not list an
+epoch whose checkpoint is not on disk (a kill between the two writes leaves the row; a resumed
+run drops it). A full disk while writing ends the run with one line naming the file, the cause
+and the epoch the checkpoint still holds. A fresh run that fails before its first checkpoint
+removes what it wrote (config.yaml, log.tsv, and DIR itself if it created it), so a failed start
+leaves nothing behind.
 
 Every random draw comes from a generator seeded from ``config.seed``: the model's initialisation,
 the per-epoch shuffle (a CPU generator), and the augmentation and noise draws (a generator on the
@@ -36,8 +45,8 @@ summarised in the log (``sigma_mean``, ``sigma_min``, ``sigma_max``).
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -45,15 +54,22 @@ import yaml
 from tqdm import tqdm
 
 from ..errors import SmoothcertError
-from ..io import append_rows, read_tsv, trim_tsv, write_text_atomic
-from ..models.checkpoint import load_checkpoint, save_checkpoint
+from ..io import (
+    FileLock,
+    append_lines,
+    disk_full_error,
+    read_tsv,
+    trim_tsv,
+    write_text_atomic,
+)
+from ..models.checkpoint import RUN_CHECKPOINT, load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .distributed import World, join
 from .trainer import Trainer
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT, LOG, CONFIG = "checkpoint.pt", "log.tsv", "config.yaml"
+CHECKPOINT, LOG, CONFIG, LOCK = RUN_CHECKPOINT, "log.tsv", "config.yaml", "train.lock"
 
 
 # --------------------------------------------------------------------------- run folder
@@ -91,6 +107,11 @@ def train(
       holds every rank's noise generator, so a run resumed by as many processes continues
       exactly as an uninterrupted one (all ranks read the checkpoint). Resumed by another number
       of processes, everything but the noise streams continues exactly.
+
+    One run at a time writes ``out_dir`` (rank 0 locks it; a second is refused with one line).
+    A full disk ends the run with one ``SmoothcertError`` naming the file and the epoch the
+    checkpoint holds, which resumes; a fresh run that fails before its first checkpoint leaves
+    nothing behind (see the module's docstring).
     """
     with join(device) as world:
         return _train(config, Path(out_dir), world, resume, progress, workers, epoch_lines)
@@ -99,28 +120,28 @@ def train(
 def _train(config: TrainConfig, out: Path, world: World, resume: bool, progress: bool,
            workers: int | None = None, epoch_lines: bool = False) -> Path:
     path = out / CHECKPOINT
-    checkpoint = _checkpoint_to_resume(config, path, resume)
-    if checkpoint is not None and checkpoint.meta["epoch"] >= config.epochs:
-        log.warning("%s: all %d epochs are done; nothing to train", path, config.epochs)
-        return path
-    trainer = Trainer(config, world.device, load_init=checkpoint is None, world=world,
-                      workers=workers)
-    progress = progress and world.is_main
-    say = progress or (epoch_lines and world.is_main)
-    if checkpoint is not None:
-        trainer.load(checkpoint)
-        _say(f"resuming {path} after epoch {trainer.epoch}", say)
-    if world.is_main:
-        _write_config(out, config)
-        epoch_log = _EpochLog(out / LOG, trainer.epoch)
-    while trainer.epoch < config.epochs:
-        row = trainer.train_epoch(progress)
-        with _disk_full(path, trainer.epoch):
-            if world.is_main:
-                epoch_log.append(row)
-            _save(path, trainer)
-        _say(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                      for k, v in row.items()), say)
+    with _RunFolder(out, world.is_main) as folder:
+        checkpoint = _checkpoint_to_resume(config, path, resume)
+        if checkpoint is not None:
+            folder.saved = checkpoint.meta["epoch"]
+            if folder.saved >= config.epochs:
+                log.warning("%s: all %d epochs are done; nothing to train", path, config.epochs)
+                return path
+        trainer = Trainer(config, world.device, load_init=checkpoint is None, world=world,
+                          workers=workers)
+        progress = progress and world.is_main
+        say = progress or (epoch_lines and world.is_main)
+        if checkpoint is not None:
+            trainer.load(checkpoint)
+            _say(f"resuming {path} after epoch {trainer.epoch}", say)
+        if world.is_main:
+            folder.write_config(config)
+            epoch_log = folder.epoch_log(trainer.epoch)
+        while trainer.epoch < config.epochs:
+            row = trainer.train_epoch(progress)
+            folder.save_epoch(trainer, epoch_log if world.is_main else None, row)
+            _say(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in row.items()), say)
     return path
 
 
@@ -155,23 +176,6 @@ def _check_same_config(config: TrainConfig, meta: dict, path: Path) -> None:
         )
 
 
-@contextlib.contextmanager
-def _disk_full(path: Path, epoch: int):
-    """A full disk (or quota) while epoch ``epoch``'s log row or checkpoint ``path`` is written
-    becomes one clear error. Nothing is lost: the checkpoint is replaced atomically, so the
-    previous one is whole, and a resumed run drops the log's rows after it."""
-    try:
-        yield
-    except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        kept = (f"{path} still holds epoch {epoch - 1}" if path.exists()
-                else "no checkpoint was written yet")
-        raise SmoothcertError(
-            f"disk full while saving epoch {epoch} in {path.parent} ({e.strerror}); {kept}; "
-            "free some space, then rerun the same command with --resume") from e
-
-
 def _save(path: Path, trainer: Trainer) -> None:
     """Rank 0 writes the checkpoint, then the method's export beside it (e.g. a diffusers
     folder); every rank returns once they are on disk."""
@@ -182,9 +186,132 @@ def _save(path: Path, trainer: Trainer) -> None:
     trainer.world.barrier()
 
 
-def _write_config(out: Path, config: TrainConfig) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / CONFIG, yaml.safe_dump(config.to_dict(), sort_keys=False))
+class _RunFolder:
+    """The run folder while this run writes it. On rank 0 (``main``): created if missing and
+    locked (:class:`smoothcert.io.FileLock` on ``train.lock``), so that a second run into it is
+    refused; ``saved`` is the epoch of the checkpoint on disk (None: none yet). If the run fails
+    while ``saved`` is None, the files this run wrote are removed, and the folder if this run
+    created it. Other ranks write nothing and hold nothing."""
+
+    def __init__(self, out: Path, main: bool):
+        self.out, self.main = out, main
+        self.saved: int | None = None
+        self._created, self._lock, self._wrote = False, None, []
+
+    def __enter__(self) -> _RunFolder:
+        if self.main:
+            self._created = _make_folder(self.out)
+            try:
+                self._lock = FileLock(self.out / LOCK, f"another train is writing {self.out}; "
+                                      "wait for it to end or choose another --out")
+            except BaseException:
+                self._remove_folder()
+                raise
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if self._lock is None:
+            return
+        failed_fresh = kind is not None and self.saved is None
+        try:
+            for file in self._wrote if failed_fresh else ():
+                file.unlink(missing_ok=True)
+        finally:
+            self._lock.release()
+        if failed_fresh:
+            self._remove_folder()
+
+    def _remove_folder(self) -> None:
+        """The folder, if this run created it and it is empty."""
+        if self._created:
+            with contextlib.suppress(OSError):
+                self.out.rmdir()
+
+    def write_config(self, config: TrainConfig) -> None:
+        path = self.out / CONFIG
+        self._wrote.append(path)
+        with self.writing(path, None):
+            write_text_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
+
+    def epoch_log(self, epoch: int) -> _EpochLog:
+        """The log, continued after the checkpoint's ``epoch`` (0: a new log)."""
+        path = self.out / LOG
+        if epoch == 0:
+            self._wrote.append(path)
+        return _EpochLog(path, epoch)
+
+    def save_epoch(self, trainer: Trainer, epoch_log: _EpochLog | None, row: dict) -> None:
+        """Epoch ``trainer.epoch``'s log ``row`` (rank 0: ``epoch_log``), then its checkpoint.
+        If the checkpoint is not replaced (a full disk, an interrupt), the row is cut off the
+        log again, so the log never lists an epoch whose checkpoint is not on disk (only a kill
+        between the two writes leaves it, and a resumed run drops it)."""
+        path, epoch = self.out / CHECKPOINT, trainer.epoch
+        before = _file_id(path)
+        with self.writing(epoch_log.path if epoch_log else path, epoch):
+            mark = epoch_log.append(row) if epoch_log is not None else None
+        try:
+            _save(path, trainer)
+        except BaseException as e:
+            if _file_id(path) != before:  # the new checkpoint is there (its export failed)
+                self.saved = epoch
+            elif epoch_log is not None:
+                epoch_log.cut(mark)
+            self._raise_if_disk_full(e, path, epoch)
+            raise
+        self.saved = epoch
+
+    @contextlib.contextmanager
+    def writing(self, file: Path, epoch: int | None):
+        """A full disk (or quota) while ``file`` is written for ``epoch`` (None: at the start)
+        becomes one line (:meth:`_raise_if_disk_full`)."""
+        try:
+            yield
+        except Exception as e:
+            self._raise_if_disk_full(e, file, epoch)
+            raise
+
+    def _raise_if_disk_full(self, e: BaseException, file: Path, epoch: int | None) -> None:
+        """Raise one ``SmoothcertError`` line for ``e`` if it is a full disk or quota: the file,
+        the cause, what the checkpoint holds, what to do. Nothing is lost: files are replaced
+        atomically (the previous checkpoint is whole) and the log is cut back."""
+        full = disk_full_error(e)
+        if full is None:
+            return
+        when = f"saving epoch {epoch} to" if epoch is not None else "writing"
+        raise SmoothcertError(
+            f"disk full while {when} {file} ({full.strerror}); {self._kept(epoch)}; "
+            "free some space, then rerun the same command with --resume") from e
+
+    def _kept(self, epoch: int | None) -> str:
+        if self.saved is None:
+            return "no checkpoint was written yet"
+        held = "holds" if self.saved == epoch else "still holds"
+        return f"{self.out / CHECKPOINT} {held} epoch {self.saved}"
+
+
+def _file_id(path: Path):
+    """(device, inode) of ``path``, None if missing: an atomic replace gives a new inode."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _make_folder(out: Path) -> bool:
+    """Create the run folder ``out`` (and its parents); whether it was created."""
+    if out.is_dir():
+        return False
+    try:
+        out.mkdir(parents=True)
+    except FileExistsError:
+        if out.is_dir():  # another process made it just now
+            return False
+        raise SmoothcertError(f"--out {out} is a file; give a folder for the run") from None
+    except NotADirectoryError:
+        raise SmoothcertError(f"cannot create the run folder {out}: a file is in the way; "
+                              "choose another --out") from None
+    return True
 
 
 def _say(line: str, say: bool) -> None:
@@ -196,9 +323,11 @@ def _say(line: str, say: bool) -> None:
 class _EpochLog:
     """DIR/log.tsv: a header, then one full-precision row per completed epoch.
 
-    Rows are written before the epoch's checkpoint; on resume, rows after the checkpoint's epoch
-    (and a torn last line) are dropped, so the file always has exactly one row per saved epoch.
-    The file is a TSV file of :mod:`smoothcert.io`, written as the record files are.
+    Rows are written just before the epoch's checkpoint, and cut off again (:meth:`cut`) when
+    the checkpoint is not written; on resume, rows after the checkpoint's epoch (left by a
+    killed run) and a torn last line are dropped, so the file has one row per saved epoch. An
+    append that fails (a full disk) leaves the file as it was. The file is a TSV file of
+    :mod:`smoothcert.io`, written as the record files are.
     """
 
     def __init__(self, path: Path, epoch: int):
@@ -206,12 +335,24 @@ class _EpochLog:
         if epoch == 0:
             path.unlink(missing_ok=True)
         elif path.exists():
-            trim_tsv(path, lambda header, row: len(row) == len(header) and int(row[0]) <= epoch)
+            try:
+                trim_tsv(path, lambda header, row: len(row) == len(header)
+                         and row[0].isdigit() and int(row[0]) <= epoch)  # garbage rows go too
+            except UnicodeDecodeError:
+                raise SmoothcertError(f"{path} is not a text TSV file (it cannot be decoded as "
+                                      "UTF-8); move it away, then resume") from None
 
-    def append(self, row: dict[str, float]) -> None:
+    def append(self, row: dict[str, float]) -> int:
+        """Append ``row``; the size of the file before it (for :meth:`cut`)."""
         new = not self.path.exists() or self.path.stat().st_size == 0
         header = list(row) if new else read_tsv(self.path)[0]
         if sorted(header) != sorted(row):
             raise RuntimeError(f"log columns changed: {header} vs {list(row)}")
-        with open(self.path, "a", encoding="utf-8") as f:
-            append_rows(f, ([header] if new else []) + [[row[k] for k in header]])
+        size = 0 if new else self.path.stat().st_size
+        append_lines(self.path, ([header] if new else []) + [[row[k] for k in header]])
+        return size
+
+    def cut(self, size: int) -> None:
+        """Take back what was appended after the file had ``size`` bytes (needs no space)."""
+        with contextlib.suppress(OSError):
+            os.truncate(self.path, size)

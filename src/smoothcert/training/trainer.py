@@ -32,7 +32,7 @@ from ..methods import EpochContext, build_method
 from ..methods.base import nan_columns
 from ..models import build_model
 from ..models.archs import model_role
-from ..models.checkpoint import checkpoint_meta, checkpoint_role, load_checkpoint
+from ..models.checkpoint import checkpoint_meta, checkpoint_role, load_checkpoint, load_weights
 from ..noise.base import NOISES
 from ..rng import derived_seed
 from ..runs.inputs import default_workers
@@ -155,7 +155,8 @@ class Trainer:
         x = augment(self.train_data.spec.augmentation, x, self.noise_gen)
         noise = self.per_example_sigma.noise_for(self.model, x, idx, self.noise_gen, self.epoch)
         self.train_model.train()
-        out = self.method.loss(self.train_model, x, y, noise, self.noise_gen)
+        extra = {"idx": idx} if self.method.needs_indices else {}  # e.g. CAT-RS's ŷ table
+        out = self.method.loss(self.train_model, x, y, noise, self.noise_gen, **extra)
         loss, scale = out["loss"], self.world.loss_scale(len(idx), len(batch))
         self.optimizer.zero_grad(set_to_none=True)
         (loss if scale == 1 else loss * scale).backward()  # DDP averages the ranks' gradients
@@ -255,13 +256,18 @@ class Trainer:
     def meta(self) -> dict[str, Any]:
         """The checkpoint's self-description (plain Python values only); besides the standard
         keys it records ``num_hparams``, the method's number of hyperparameters (a cost of the
-        method: each one is a knob to tune)."""
+        method: each one is a knob to tune), and ``method["variant"]`` for a named variant
+        that departs from the method's paper (``TrainingMethod.named_variant``)."""
         spec, c = self.train_data.spec, self.config
+        method = {"name": c.method, "hparams": self.method.hparams()}
+        variant = self.method.named_variant()  # e.g. catrs target=self: not the paper's
+        if variant is not None:
+            method["variant"] = variant
         meta = checkpoint_meta(
             arch=c.arch, dataset=c.dataset, num_classes=spec.num_classes,
             input_shape=spec.input_shape, mean=spec.mean, std=spec.std,
             noise=None if c.sigma is None else {"name": c.noise, "sigma": c.sigma},
-            method={"name": c.method, "hparams": self.method.hparams()}, epoch=self.epoch,
+            method=method, epoch=self.epoch,
             config=c.to_dict(),
             arch_kwargs=c.arch_kwargs,
             classes=getattr(self.train_data, "classes", None),
@@ -363,14 +369,8 @@ def _load_initial_weights(model: torch.nn.Module, config: TrainConfig) -> None:
             f"{config.arch} on {config.dataset}; start from a checkpoint of the same arch and "
             "dataset"
         )
-    try:
-        model.load_state_dict(checkpoint.state_dict, strict=True)
-    except RuntimeError as err:
-        first = str(err).strip().splitlines()[0]
-        raise SmoothcertError(
-            f"the weights in init checkpoint {path} do not fit this run's {config.arch} "
-            f"({first}); the checkpoint is corrupt or its meta is wrong"
-        ) from err
+    load_weights(model, checkpoint.state_dict, f"init checkpoint {path}",
+                 f"this run's {config.arch}")
 
 
 def _check_indices(order, n: int, method: str) -> None:
