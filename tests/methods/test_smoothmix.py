@@ -128,11 +128,10 @@ def test_adversary_and_clean_side_match_the_authors_attack(case):
                                torch.tensor(expected["clean_distance"]), rtol=1e-5, atol=1e-6)
 
 
-# With BatchNorm: the same cases and inputs, the model ``bn_model()`` (its BatchNorm's running
+# With BatchNorm: the same cases and inputs, the model of ``golden.bn_inputs`` (its BatchNorm's running
 # statistics set apart from any batch's, so that the eval-mode attack and the train-mode losses
-# normalise differently). Computed by the harness of tools/golden/smoothmix_golden.py (its
-# ``load_authors_train``, ``_injected``, ``_attacker``, ``_RecordingOptimizer``; torch 2.14.1 CPU)
-# with ``inputs`` replaced by :func:`bn_inputs`, on their code/train.py at blob d7aeea1b (also
+# normalise differently). Computed by `python tools/golden/smoothmix_golden.py /tmp/smix_ref
+# --batchnorm` (torch 2.14.1 CPU; its ``bn_inputs``), on their code/train.py at blob d7aeea1b (also
 # alinlab/smoothing-catrs code/train_smoothmix.py @ d4bc576): one step of their ``train()``,
 # then the BatchNorm's running mean and variance. Their step runs the attack in eval mode (the
 # statistics untouched) and two train-mode forward passes, the m clean copies together and the
@@ -181,23 +180,10 @@ GOLDEN_BN = {
 }
 
 
-def bn_inputs(m: int):
-    """golden.inputs(m) with Linear(64, 16) → BatchNorm1d(16) → ReLU → Linear(16, 10)."""
-    _, x, y, eps, u = golden.inputs(m)
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.BatchNorm1d(16), nn.ReLU(),
-                          nn.Linear(16, 10))
-    with torch.no_grad():
-        model[4].weight.mul_(8.0)
-        model[2].running_mean.copy_(torch.linspace(-0.5, 0.5, 16))
-        model[2].running_var.copy_(torch.linspace(0.5, 2.0, 16))
-    return model, x, y, eps, u
-
-
 @pytest.mark.parametrize("case", sorted(GOLDEN_BN))
 def test_with_batchnorm_the_loss_gradient_and_running_statistics_match_the_authors(case):
     c, expected = golden.CASES[case], GOLDEN_BN[case]
-    model, x, y, eps, _ = bn_inputs(c["m"])
+    model, x, y, eps, _ = golden.bn_inputs(c["m"])
     model.train()
     out = golden_method(c, model).loss(
         model, x, y, FixedNoise([e * c["sigma"] for e in eps]), torch.Generator().manual_seed(3))
