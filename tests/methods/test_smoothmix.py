@@ -128,9 +128,9 @@ def test_adversary_and_clean_side_match_the_authors_attack(case):
                                torch.tensor(expected["clean_distance"]), rtol=1e-5, atol=1e-6)
 
 
-# With BatchNorm: the same cases and inputs, the model of ``golden.bn_inputs`` (its BatchNorm's running
-# statistics set apart from any batch's, so that the eval-mode attack and the train-mode losses
-# normalise differently). Computed by `python tools/golden/smoothmix_golden.py /tmp/smix_ref
+# With BatchNorm: the same cases and inputs, the model of ``golden.bn_inputs`` (its BatchNorm's
+# running statistics set apart from any batch's, so that the eval-mode attack and the train-mode
+# losses normalise differently). Computed by `python tools/golden/smoothmix_golden.py /tmp/smix_ref
 # --batchnorm` (torch 2.14.1 CPU; its ``bn_inputs``), on their code/train.py at blob d7aeea1b (also
 # alinlab/smoothing-catrs code/train_smoothmix.py @ d4bc576): one step of their ``train()``,
 # then the BatchNorm's running mean and variance. Their step runs the attack in eval mode (the
