@@ -67,3 +67,16 @@ def test_the_constructor_also_says_which_name_was_meant():
     with pytest.raises(SmoothcertError, match=r"unknown method 'gausian'; known: .*"
                                               r" \(did you mean 'gaussian'\?\)$"):
         TrainConfig(**GOOD, method="gausian")
+
+
+def test_a_sigma_beyond_the_noise_bound_is_refused_by_the_config_before_any_work():
+    # the discrete Gaussian's exact sampler is bounded (Noise.max_sigma): TrainConfig refuses
+    # σ = 1e9 itself, so `train` stops before a dataset or model is loaded
+    from smoothcert.noise import NOISES
+
+    bound = NOISES["discrete-gaussian"].max_sigma
+    with pytest.raises(SmoothcertError, match=r"noise 'discrete-gaussian' takes sigma <= "):
+        TrainConfig(dataset="digits", arch="digits_cnn", method="gaussian", epochs=1,
+                    sigma=1e9, noise="discrete-gaussian")
+    assert TrainConfig(dataset="digits", arch="digits_cnn", method="gaussian", epochs=1,
+                       sigma=bound, noise="discrete-gaussian").sigma == bound

@@ -299,6 +299,7 @@ def _validated(c: TrainConfig) -> dict[str, Any]:
     _check_sigma_mode(values, mode, method)
     if method.uses_noise:
         _check_method_noise(method, values["noise"])
+        NOISES[values["noise"]].check_sigma(values["sigma"])  # e.g. an exact sampler's bound
     return {**values, "sigma_mode_params": mode.params()}
 
 
