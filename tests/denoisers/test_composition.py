@@ -77,3 +77,11 @@ def test_a_real_pair_runs_and_takes_gradients():
     assert model.num_classes == 10 and model.input_shape == (1, 28, 28)
     model(torch.rand(2, 1, 28, 28)).logsumexp(1).sum().backward()
     assert all(p.grad is not None for p in den.parameters())
+
+
+@pytest.mark.parametrize("bad", ["den.pt", lambda x: x, None])
+def test_a_denoiser_or_classifier_that_is_not_a_module_is_one_clear_error(bad):
+    with pytest.raises(SmoothcertError, match=r"^Denoised takes torch nn\.Modules; the denoiser"):
+        Denoised(bad, nn.Identity())
+    with pytest.raises(SmoothcertError, match=r"^Denoised takes torch nn\.Modules; the classifier"):
+        Denoised(nn.Identity(), bad)

@@ -30,6 +30,12 @@ class Denoised(nn.Module):
 
     def __init__(self, denoiser: nn.Module, classifier: nn.Module):
         super().__init__()
+        for name, module in (("denoiser", denoiser), ("classifier", classifier)):
+            if not isinstance(module, nn.Module):  # a path or a lambda would fail deep in torch
+                raise SmoothcertError(
+                    f"Denoised takes torch nn.Modules; the {name} is a {type(module).__name__} "
+                    "(load a checkpoint with smoothcert.denoisers.load_denoiser or "
+                    "smoothcert.models.checkpoint.model_from_checkpoint)")
         den, clf = _shape(denoiser), _shape(classifier)
         den_channels = den[0] if den else getattr(denoiser, "channels", None)
         if den_channels is not None and clf is not None and den_channels != clf[0]:
