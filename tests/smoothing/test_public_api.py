@@ -135,3 +135,21 @@ def test_a_few_non_finite_rows_among_many_inputs_name_their_input():
     with pytest.raises(SmoothcertError, match=r"logits for [1-9]\d? of 500 noisy copies of "
                                               r"input 0"):
         list(smoothed.run(programs, batch_size=128))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_attacks_and_sigma_optimization_feed_a_half_model_its_dtype(dtype):
+    # before: torch's "Input type (float) and bias type (BFloat16) should be the same"
+    from smoothcert.smoothing.attacks import noisy_logits
+    from smoothcert.smoothing.sigma_optimization import soft_radius
+
+    model, x = lenet(dtype), image().unsqueeze(0)
+    noises = torch.randn((3, 1, 1, 8, 8), generator=torch.Generator().manual_seed(0)) * 0.25
+    with torch.no_grad():
+        logits = noisy_logits(model, x, noises)
+        expected = model((x.unsqueeze(0) + noises).flatten(0, 1).to(dtype)).view(3, 1, -1)
+    assert logits.dtype == dtype and torch.equal(logits, expected)
+    with torch.no_grad():
+        radius = soft_radius(model, x, 0.25, num_samples=8,
+                             generator=torch.Generator().manual_seed(0))
+    assert radius.shape == (1,) and torch.isfinite(radius.float()).all()

@@ -34,6 +34,7 @@ from torch import nn
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
 from ..registry import Configurable, Registry, option
 from ..tensors import eval_mode
+from .engine import model_input
 
 ATTACKS: Registry = Registry("attack")
 
@@ -55,7 +56,7 @@ def noisy_logits(model: nn.Module, x: torch.Tensor, noises: torch.Tensor) -> tor
     One forward pass over all m·B noisy inputs, laid out copy-major (copy j is rows j·B … ).
     """
     m, b = noises.shape[:2]
-    logits = model((x.unsqueeze(0) + noises).flatten(0, 1))
+    logits = model(model_input(model, (x.unsqueeze(0) + noises).flatten(0, 1)))
     return logits.view(m, b, -1)
 
 

@@ -212,9 +212,8 @@ class BatchedVotes:
         dtype = PRECISIONS[self.precision]
         autocast = (torch.autocast(batch.device.type, dtype=dtype) if dtype is not None
                     else contextlib.nullcontext())
-        wanted = input_dtype(model)
         with autocast:
-            logits = model(batch if wanted in (None, batch.dtype) else batch.to(wanted))
+            logits = model(model_input(model, batch))
         _check_logits(logits, batch.shape[0], num_classes)
         return logits[:size]
 
@@ -429,6 +428,14 @@ def input_dtype(model: nn.Module) -> torch.dtype | None:
     """The dtype of the model's first floating-point parameter or buffer (None: it has none)."""
     tensors = (t for group in (model.parameters(), model.buffers()) for t in group)
     return next((t.dtype for t in tensors if t.is_floating_point()), None)
+
+
+def model_input(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """``batch`` cast to the model's dtype where they differ (a half or bf16 model, float64
+    inputs), so that every caller of a model (the engine, attacks, σ optimization) feeds it
+    alike instead of failing in torch with "Input type and bias type should be the same"."""
+    wanted = input_dtype(model)
+    return batch if wanted in (None, batch.dtype) else batch.to(wanted)
 
 
 def _batch_sizes(num: int, batch_size: int) -> Iterator[int]:

@@ -29,6 +29,7 @@ from torch import nn
 from ..errors import SmoothcertError, check_count
 from ..noise.base import NOISES, with_soft_radius
 from ..tensors import eval_mode, frozen, model_device
+from .engine import model_input
 
 # Defaults of Algorithm 1, from the code that produced the paper's certification numbers.
 NUM_STEPS = 100
@@ -178,7 +179,9 @@ def soft_radius(
 def _soft_scores(model, x_rep, sigma, eps, num_samples) -> torch.Tensor:
     """ψ (B, C): the mean softmax of f(x + σ·ε) over each input's ``num_samples`` draws."""
     scale = sigma.repeat_interleave(num_samples).view((-1,) + (1,) * (x_rep.dim() - 1))
-    probs = F.softmax(model(x_rep + scale * eps), dim=1)
+    logits = model(model_input(model, x_rep + scale * eps))
+    # a half model's logits widened: Φ⁻¹ of the scores has no 16-bit kernel
+    probs = F.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=1)
     return probs.view(sigma.shape[0], num_samples, -1).mean(dim=1)
 
 
