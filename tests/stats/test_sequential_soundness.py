@@ -15,13 +15,22 @@ import pytest
 from scipy.stats import binomtest, norm
 
 from smoothcert.stats.sequential_levels import run_levels
-from smoothcert.stats.sequential_tests import SEQUENTIAL_TESTS, ScheduledUnion, geometric_looks
+from smoothcert.stats.sequential_tests import (
+    SEQUENTIAL_TESTS,
+    ScheduledUnion,
+    TargetedFinal,
+    geometric_looks,
+)
 
 TRIALS = 10_000
 ALPHA = 0.05  # large enough that 10,000 trials see a rate above α (α = 0.001 would need 10⁶)
 N0, N_MAX = 100, 5_000
 THRESHOLDS = norm.cdf(np.array([0.0, 0.5, 1.0]))  # radii 0, σ/2, σ
 P_A = THRESHOLDS[2]  # certifying radius σ asserts p_A > Φ(1): false at this p_A
+# Every registered test with its defaults, and targeted-final with its slice at n_max and its
+# patient futility for every aim (here Φ(1) is 0.31 of the reach of n_max: no slice by default).
+TESTS = {**{name: SEQUENTIAL_TESTS[name]() for name in SEQUENTIAL_TESTS},
+         "targeted-final, slice at every aim": TargetedFinal(final_reach=0.0)}
 
 
 def any_look_passes(test, seed: int) -> int:
@@ -51,9 +60,9 @@ def exceeds_alpha(false: int) -> float:
     return binomtest(false, TRIALS, ALPHA, alternative="greater").pvalue
 
 
-@pytest.mark.parametrize("name", sorted(SEQUENTIAL_TESTS))
+@pytest.mark.parametrize("name", sorted(TESTS))
 def test_false_certificate_rate_is_at_most_alpha(name):
-    false = any_look_passes(SEQUENTIAL_TESTS[name](), seed=11)
+    false = any_look_passes(TESTS[name], seed=11)
     assert exceeds_alpha(false) > 1e-3, false  # level 10⁻³, fixed seed
 
 
@@ -62,10 +71,10 @@ def test_the_unsound_control_fails_the_same_check():
     assert exceeds_alpha(false) < 1e-6, false
 
 
-@pytest.mark.parametrize("name", sorted(SEQUENTIAL_TESTS))
+@pytest.mark.parametrize("name", sorted(TESTS))
 def test_the_procedure_at_the_boundary(name):
     """certify_levels itself, selection and stopping included: 400 trials at p_A = Φ(1)."""
-    rng, test, trials = np.random.default_rng(12), SEQUENTIAL_TESTS[name](), 400
+    rng, test, trials = np.random.default_rng(12), TESTS[name], 400
     false = sum(run_levels(test, THRESHOLDS, ALPHA, N_MAX, lambda m: int(rng.binomial(m, P_A)),
                            (int(rng.binomial(N0, P_A)), N0)).level >= 2 for _ in range(trials))
     assert binomtest(false, trials, ALPHA, alternative="greater").pvalue > 1e-3, false
