@@ -3,9 +3,8 @@
 # n = 100,000, α = 0.001) of cifar_resnet110 and resnet50, reference vs engine per setting vs
 # forward ceiling, then the denoised rows: google/ddpm-cifar10-32's UNet (random weights) +
 # cifar_resnet110, fixed-n and sequential on the 2σ grid, fp32 and bf16+channels_last (see
-# docs/BENCHMARKS.md, "GPU suite"). Planned to fit about 8 minutes of an H100 (compilation
-# included: compiled settings run at one batch only; the denoised rows at two batches, one
-# image fixed-n, ten sequential); not yet timed on one. Results land in
+# docs/BENCHMARKS.md, "GPU suite"). About 4 minutes of an H100, compilation included
+# (measured 2026-11-25; compiled settings run at one batch only). Results land in
 # $OUT (default /tmp/gpu_suite): gpu_suite.md (the table), gpu_suite.json, gpu_suite.log
 # (stderr). Extra arguments go to gpu_suite.py, e.g. --peak-tflops 989 494.
 #     bash benchmarks/gpu_suite.sh

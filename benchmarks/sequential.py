@@ -43,12 +43,14 @@ def config(args, certifier: str, **options) -> RunConfig:
     return RunConfig(certifier=certifier, checkpoint_sha256=file_sha256(args.checkpoint),
                      dataset=meta["dataset"], split="test", sigma=float(meta["noise"]["sigma"]),
                      n=args.n, alpha=args.alpha, batch=args.batch, seed=args.seed,
-                     skip=args.skip, max_count=args.max, n0=args.n0, options=options)
+                     skip=args.skip, max_count=args.max, n0=args.n0, options=options,
+                     device_type=torch.device(args.device).type)
 
 
 def run(args, cfg: RunConfig, out: Path) -> tuple:
     start = time.perf_counter()
-    path = run_dataset(cfg, args.checkpoint, out, data_root=args.data_root, progress=False)
+    path = run_dataset(cfg, args.checkpoint, out, device=args.device, data_root=args.data_root,
+                       progress=False)
     return read_records(path), time.perf_counter() - start
 
 
@@ -131,8 +133,9 @@ def main() -> None:
     p.add_argument("--timing-images", type=int, default=10,
                    help="fixed-n images timed for the wall clock; 0: no wall clock")
     p.add_argument("--data-root")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, ...: where the draws run")
     args = p.parse_args()
-    print_environment(torch.device("cpu"))
+    print_environment(torch.device(args.device))
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fixed, _ = run(args, config(args, "certify"), out / "fixed_n.tsv")

@@ -248,6 +248,7 @@ def real(args) -> None:
             "--tests", *(args.tests or sorted(SEQUENTIAL_TESTS))]
     if args.data_root:
         argv += ["--data-root", args.data_root]
+    argv += ["--device", args.device]
     sys.argv = ["sequential.py", *argv]
     sequential.main()
 
@@ -278,6 +279,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timing-images", type=int, default=0)
     p.add_argument("--data-root")
+    p.add_argument("--device", default="cpu", help="--real: where the draws run")
     args = p.parse_args()
     if args.real:
         if not args.checkpoint:

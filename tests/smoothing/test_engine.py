@@ -158,3 +158,14 @@ def test_engine_settings_enter_the_identity(tmp_path):
         run_dataset(RunConfig(**common), ckpt, tmp_path / "c.tsv", progress=False)
     with pytest.raises(SmoothcertError, match="unknown engine setting"):
         RunConfig(**common, engine={"turbo": True})
+
+
+def test_a_run_on_another_device_than_its_identity_is_refused(tmp_path):
+    # CPU and CUDA generators give other noise: a record must name the device that drew it.
+    ckpt = write_checkpoint(tmp_path / "m.pt")
+    cfg = RunConfig(certifier="certify", checkpoint_sha256="x", dataset="digits", split="test",
+                    sigma=0.25, n=50, alpha=0.001, batch=64, seed=0, max_count=1, n0=10,
+                    device_type="cuda")
+    with pytest.raises(SmoothcertError, match="device_type is 'cuda' but the model is on 'cpu'"):
+        run_dataset(cfg, ckpt, tmp_path / "c.tsv", progress=False)
+    assert not (tmp_path / "c.tsv").exists()

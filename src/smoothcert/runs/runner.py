@@ -302,6 +302,9 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     appended (fsynced) to the shard's record file, resuming after the rows already there, and
     the rows returned are the file's. Everything is checked before the file is opened."""
     check_denoiser(source, cfg.denoiser, cfg.timestep)
+    if cfg.device_type != source.device.type:  # CPU and CUDA generators draw other noise
+        raise SmoothcertError(f"the run's device_type is {cfg.device_type!r} but the model is on "
+                              f"{source.device.type!r}: the record would misstate its draws")
     check_compatible(source, data)
     check_progress(progress)
     if workers is not None:
