@@ -91,14 +91,14 @@ def test_cli_records_the_draws_and_agrees_with_fixed_n_on_a_trained_free_model(t
     assert all(0 < n <= 4000 for n in rows["n"]) and set(rows["n_max"]) == {4000}
     assert set(rows["radius"]) <= {0.0, 0.1, 0.2}
     identity = read_manifest(tmp_path / "s.tsv")["identity"]
-    assert identity["options"] == {"radii": "0,0.1,0.2", "test": "targeted-final"}
+    assert identity["options"] == {"radii": "0,0.1,0.2", "test": "targeted-patient"}
 
 
 def test_the_default_test_is_targeted_final():
     """The CLI's and the Python API's default: the fastest test within 0.5 points of fixed-n in
     simulation on a 3σ and a 2σ grid (benchmarks/sequential_frontier.py)."""
-    assert Sequential.Options().test == DEFAULT_TEST == "targeted-final"
-    assert "targeted-final" in SEQUENTIAL_TESTS
+    assert Sequential.Options().test == DEFAULT_TEST == "targeted-patient"
+    assert "targeted-patient" in SEQUENTIAL_TESTS
 
 
 @pytest.mark.parametrize("flags, message", [

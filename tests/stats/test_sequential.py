@@ -252,25 +252,45 @@ def test_targeted_final_keeps_a_slice_of_alpha_for_n_max_near_its_reach():
                           UnionBound(ratio=1.5, final_share=f).lower(k, n_max, alpha, n_max))
 
 
+def test_targeted_patient_splits_alpha_the_same_way_at_every_aim():
+    """The default: w = 0.4 of α on the aimed all-hit look, f = 0.3 added at n_max, the rest
+    evenly over the 18 geometric looks, and futility at p̂ + 2·SE, whatever the aim (Φ(3) near
+    the reach of n_max = 10⁵ or Φ(2) on a 2σ grid): unlike ``targeted-final``, no input goes
+    without the slice at n_max."""
+    test, alpha, n_max = SEQUENTIAL_TESTS["targeted-patient"](), 0.001, 100_000
+    assert (test.target_share, test.final_share, test.optimism) == (0.4, 0.3, 2.0)
+    fallback = geometric_looks(100, 1.5, n_max)
+    for grid_thr, top in ((THR, 3), (THR[:3], 2)):
+        aimed = test.given_selection(100, 100, grid_thr, alpha, n_max)
+        at = dict(zip(aimed.schedule, aimed.levels))
+        star = math.ceil(math.log(0.4 * alpha) / math.log(THR[top]))
+        even = alpha * 0.3 / len(fallback)
+        assert aimed.optimism == 2.0 and sum(aimed.levels) == pytest.approx(alpha, rel=1e-12)
+        assert at[star] == pytest.approx(0.4 * alpha + even * (star in fallback), rel=1e-12)
+        assert at[n_max] == pytest.approx(0.3 * alpha + even, rel=1e-12)
+
+
 def test_targeted_final_keeps_the_fixed_n_certificates_that_targeted_loses():
     """p_A = 0.9992, n_max = n = 10⁵, radius 3σ (Φ(3) = 0.99865), near the reach of n: fixed-n
     CERTIFY at α certifies it in ~98 % of runs (≤ 88 misses of 10⁵). ``targeted`` judges the
     look at n_max at α·0.4/18 and stops inputs one standard error short: it keeps ~60 % of those
-    certificates; ``targeted-final`` (f·α more at n_max, c = 1.25) ~85-90 %. Same seed, 40 runs
-    each (simulated draws, the real procedure); the SE of each rate is ≤ 0.08."""
+    certificates; ``targeted-final`` (f·α more at n_max, c = 1.25) ~85-90 %, and so does the
+    default ``targeted-patient`` (0.3·α at n_max, c = 2). Same seed, 40 runs each (simulated
+    draws, the real procedure); the SE of each rate is ≤ 0.08."""
     alpha, n_max, p, runs = 0.001, 100_000, 0.9992, 40
     rng = np.random.default_rng(6)
     fixed = np.mean(level_of(clopper_pearson_lower(rng.binomial(n_max, p, 400), n_max,
                                                    alpha)) == 3)
     rate = {}
-    for name in ("targeted", "targeted-final"):
+    for name in ("targeted", "targeted-final", "targeted-patient"):
         test = SEQUENTIAL_TESTS[name]()
         rate[name] = np.mean([run_levels(test, THR, alpha, n_max,
                                          lambda m: int(rng.binomial(m, p)),
                                          (int(rng.binomial(100, p)), 100)).level == 3
                               for _ in range(runs)])
     assert fixed > 0.9, fixed
-    assert rate["targeted"] < 0.75 and rate["targeted-final"] >= rate["targeted"] + 0.15, rate
+    assert rate["targeted"] < 0.75, rate
+    assert min(rate["targeted-final"], rate["targeted-patient"]) >= rate["targeted"] + 0.15, rate
 
 
 def log_martingale(k, t, p, a=0.5, b=0.5):
@@ -379,7 +399,7 @@ def test_generator_protocol_and_hit_validation():
         (lambda: next(certify_levels(UnionBound(), THR, 0.05, 99)), "first look"),
         (lambda: next(certify_levels(UnionBound(), THR[::-1], 0.05, 1_000)), "sorted"),
         (lambda: next(certify_levels("union", THR, 0.05, 1_000)), "SequentialTest"),
-        (lambda: SEQUENTIAL_TESTS["sprt"], "known: mixture, targeted, targeted-final, union"),
+        (lambda: SEQUENTIAL_TESTS["sprt"], "known: mixture, targeted, targeted-final, targeted-patient, union"),
         (lambda: Targeted(target_share=0.8, final_share=0.3), "final_share must be in"),
         (lambda: Targeted(final_share=-0.1), "final_share must be in"),
         (lambda: TargetedFinal(near_optimism=0.0), "near_optimism"),
