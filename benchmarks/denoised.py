@@ -155,13 +155,16 @@ def calibrate(run, model, xs, args, device) -> argparse.Namespace:
     return workload(args, max(1, round(batches * args.seconds / seconds)))
 
 
-def bench_classifier(name: str, args, device) -> dict:
-    """Per variant: draws per timing, noisy images/s per round and GFLOP per draw."""
+def bench_classifier(name: str, args, device, build=None) -> dict:
+    """Per variant: draws per timing, noisy images/s per round and GFLOP per draw. ``build``
+    (default :func:`variant_model`) makes a variant's model, as ``(name, variant, device,
+    args)``."""
+    build = build or variant_model
     g = torch.Generator().manual_seed(0)
     xs = [torch.rand(ct.MODELS[name], generator=g).to(device) for _ in range(args.images)]
     setups = {}
     for variant in args.variants:
-        model, run = variant_model(name, variant, device, args), ct.engine(engine_settings(args))
+        model, run = build(name, variant, device, args), ct.engine(engine_settings(args))
         setups[variant] = (model, run, calibrate(run, model, xs, args, device))
     rates = {variant: [] for variant in setups}
     for _ in range(args.rounds):
@@ -173,9 +176,9 @@ def bench_classifier(name: str, args, device) -> dict:
             for variant, (model, run, work) in setups.items()}
 
 
-def rows(name: str, result: dict) -> list[str]:
-    """Table rows; "× cost" needs the ``none`` variant, measured in the same rounds."""
-    alone = result.get("none")
+def rows(name: str, result: dict, baseline: str = "none") -> list[str]:
+    """Table rows; "× cost" needs the ``baseline`` variant, measured in the same rounds."""
+    alone = result.get(baseline)
     out = []
     for variant, r in result.items():
         rate = statistics.median(r["rates"])

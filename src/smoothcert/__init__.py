@@ -2,6 +2,7 @@
 
 from .denoisers import Denoised
 from .errors import SmoothcertError
+from .models.ensemble import Ensemble
 from .noise.gaussian import Gaussian
 from .noise.uniform import Uniform
 from .runs import certify_dataset
@@ -12,6 +13,7 @@ from .version import __version__
 __all__ = [
     "Certificate",
     "Denoised",
+    "Ensemble",
     "Gaussian",
     "Prediction",
     "Smoothed",

@@ -416,6 +416,7 @@ def test_every_report_column_is_defined_in_help_and_readme(capsys, files):
 
     from smoothcert.cli.app import main
     from smoothcert.evaluation.report import (
+        COST_COLUMNS,
         ENVELOPE,
         SIGMA_COLUMNS,
         attack_table,
@@ -425,7 +426,8 @@ def test_every_report_column_is_defined_in_help_and_readme(capsys, files):
 
     headers = {*certification_table([], (0.5,)).headers, *attack_table([], (0.5,)).headers,
                *training_table([]).headers, "adjusted", ENVELOPE, "first", "second", "agree",
-               *(header for _, header, _ in SIGMA_COLUMNS)}
+               *(header for _, header, _ in SIGMA_COLUMNS),
+               *(header for _, header, _ in COST_COLUMNS)}
     generic = {"r=0.5": "r=R", "d≤0.5": "d≤D"}
     headers = {generic.get(h, h) for h in headers}
     assert main(["report", "--help"]) == 0
@@ -437,3 +439,72 @@ def test_every_report_column_is_defined_in_help_and_readme(capsys, files):
         assert f"`{h}`" in section, h
     (cohen, _) = json.loads(report(files, (0.0, 0.5), fmt="json"))
     assert cohen["clean_accuracy"] == cohen["r=0"] == CLEAN
+
+
+def test_cost_columns_are_means_of_the_rows_and_the_manifests_device(tmp_path, files):
+    """--cost: s/img the mean of ``time``, passes/img the mean of n0 + n, the device from the
+    manifest's provenance; a file without n (Cohen et al.'s) leaves passes empty."""
+    rows = [(*row[:7], n, n0, n, *row[10:]) for row, n0, n in zip(OURS_ROWS, (100, 100, 50),
+                                                                  (1000, 5000, 950))]
+    ours = write_tsv(tmp_path / "seq.tsv", OURS_HEADER, rows)
+    manifest = {"format_version": MANIFEST_VERSION, "provenance": {"device": "cuda:0"},
+                "identity": {"certifier": "certify", "sigma": 0.5, "n": 5000, "alpha": 0.001}}
+    (tmp_path / "seq.tsv.manifest.json").write_text(json.dumps(manifest))
+    table = json.loads(report([ours, files[0]], (0.5,), fmt="json", cost=True))
+    assert table[0]["seconds_per_example"] == pytest.approx(0.25)
+    assert table[0]["passes_per_example"] == pytest.approx((1100 + 5100 + 1000) / 3)
+    assert table[0]["device"] == "cuda:0"
+    assert table[1]["passes_per_example"] is None and table[1]["device"] is None
+    assert "passes/img" not in report([ours], (0.5,))  # only when asked
+
+
+def test_cost_plot_joins_the_pareto_frontier(tmp_path):
+    """Three files: cheap and bad, dear and good, dear and worse than a cheaper one: the
+    frontier holds the first two only."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from smoothcert.evaluation.plots import plot_cost_frontier
+
+    specs = {"cheap": (1000, [0.6, 0.0, 0.0]), "dear": (100_000, [0.9, 0.6, 0.0]),
+             "worse": (50_000, [0.1, 0.0, 0.0])}
+    paths = []
+    for name, (n, radii) in specs.items():
+        rows = [(*row[:3], r, *row[4:7], n, row[8], n, *row[10:])
+                for row, r in zip(OURS_ROWS, radii)]
+        paths.append(write_tsv(tmp_path / f"{name}.tsv", OURS_HEADER, rows))
+    out = tmp_path / "cost.png"
+    captured = {}
+    import matplotlib.figure
+
+    real_save = matplotlib.figure.Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        captured["fig"] = fig
+        return real_save(fig, *args, **kwargs)
+
+    matplotlib.figure.Figure.savefig = keep
+    try:
+        plot_cost_frontier([read_records(p) for p in paths], out, 0.5)
+    finally:
+        matplotlib.figure.Figure.savefig = real_save
+    assert out.stat().st_size > 0
+    (frontier,) = [line for line in captured["fig"].axes[0].get_lines()
+                   if line.get_label() == "Pareto frontier"]
+    assert list(frontier.get_xdata()) == [1100.0, 100_100.0]
+    assert list(frontier.get_ydata()) == pytest.approx([100 / 3, 200 / 3])
+
+
+def test_cost_flags_are_checked_before_anything_is_read(tmp_path, files, capsys):
+    from smoothcert.cli.app import main
+
+    assert main(["report", str(files[0]), "--cost-radius", "0.25"]) == 2
+    assert "--cost-radius is the radius of --plot-cost" in capsys.readouterr().err
+    out = tmp_path / "c.png"
+    assert main(["report", str(files[0]), "--plot-cost", str(out), "--cost-radius", "-1"]) == 2
+    assert "--cost-radius must be a finite number >= 0" in capsys.readouterr().err
+    assert main(["report", str(files[0]), "--plot-cost", str(files[0])]) == 2
+    assert not out.exists()
+    assert main(["report", str(files[0]), "--plot-cost", str(out)]) == 2  # Cohen's: no n column
+    assert "--plot-cost needs radius and n columns" in capsys.readouterr().err
+    assert not out.exists()

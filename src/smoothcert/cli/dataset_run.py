@@ -28,7 +28,17 @@ DENOISER_HELP = ("a trained denoiser checkpoint (train --method denoiser-mse|den
 
 def model_args(p) -> None:
     """The classifier checkpoint and the denoiser in front of it."""
-    p.add_argument("checkpoint", help="a smoothcert classifier checkpoint (checkpoint.pt)")
+    p.add_argument("checkpoint", nargs="+",
+                   help="a smoothcert classifier checkpoint (checkpoint.pt or its run folder); "
+                        "several of one dataset form one ensemble base classifier")
+    p.add_argument("--ensemble-mode", choices=("logits", "softmax"),
+                   help="how several checkpoints combine: the mean of their logits (default) or "
+                        "of their softmaxes")
+    p.add_argument("--consensus", type=int, metavar="K",
+                   help="K-consensus (Horváth et al. 2022): on each noisy input the first K "
+                        "members run first and, where they agree, their class is the vote; the "
+                        "certificates are the consensus classifier's (K = all members: the "
+                        "ensemble's own, at less cost)")
     p.add_argument("--denoiser", metavar="SPEC", help=DENOISER_HELP)
 
 
@@ -109,12 +119,14 @@ def run_certifier(certifier: str, args, options: dict) -> None:
     from ..runs.records import shard_path
     from ..training.distributed import rank_device
 
-    meta = load_checkpoint(args.checkpoint).meta
-    check_classifier(args.checkpoint, meta)  # before its dataset is loaded
+    metas = [load_checkpoint(c).meta for c in args.checkpoint]
+    for checkpoint, meta in zip(args.checkpoint, metas):
+        check_classifier(checkpoint, meta)  # before the dataset is loaded
     device = rank_device(resolve_device(args.device))  # one GPU per torchrun rank
-    dataset, shard = _run_dataset(args, meta), _shard(args)
+    model = _model(args, device)  # an ensemble's members checked before the dataset loads
+    dataset, shard = _run_dataset(args, metas[0]), _shard(args)
     certify_dataset(
-        args.checkpoint,
+        model,
         dataset,
         sigma=args.sigma,
         noise=args.noise,
@@ -137,6 +149,17 @@ def run_certifier(certifier: str, args, options: dict) -> None:
         denoiser=args.denoiser,
     )
     print(f"records: {shard_path(args.out, *shard)}")
+
+
+def _model(args, device):
+    """The one checkpoint, or the :class:`~smoothcert.models.ensemble.Ensemble` of several (or
+    of one, when --ensemble-mode or --consensus asks for it)."""
+    from ..models.ensemble import Ensemble
+
+    if len(args.checkpoint) == 1 and args.ensemble_mode is None and args.consensus is None:
+        return args.checkpoint[0]
+    return Ensemble.from_checkpoints(args.checkpoint, args.ensemble_mode or "logits",
+                                     args.consensus, device=device)
 
 
 def _run_dataset(args, meta: dict):

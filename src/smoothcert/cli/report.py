@@ -7,6 +7,7 @@ from ..errors import SmoothcertError
 from .common import command
 
 REPORT_RADII = "0:1:0.25"  # report's radii (attack files: distances) when --radii is not given
+COST_RADIUS = 0.5  # --plot-cost's radius when --cost-radius is not given
 
 # Every column of report's tables (README.md, "Reading the tables", says the same).
 REPORT_COLUMNS = """\
@@ -25,6 +26,8 @@ r=R\tcertified accuracy at radius R: examples predicted correctly with radius >=
 adjusted\tdata-dependent files: certificates the memory-based certifier changed
 σ_x min, σ_x mean, σ_x max\tthe smallest, mean and largest σ of the file's rows, shown when some \
 file's σ varies (data-dependent σ_x); a fixed-σ file shows its σ, a file without σ none
+s/img, passes/img, device\t--cost: mean seconds and mean noisy forward passes (n0 + n) per \
+example, and the device the manifest names
 envelope\tthe row of --envelope: the best file at each radius (the σ-envelope); clean acc is \
 the best file's, n, abstain and ACR are empty
 
@@ -71,6 +74,14 @@ def _report_args(p):
     p.add_argument("--sigma-hist", metavar="IMAGE",
                    help="write the histogram of each file's per-example σ (its sigma column: "
                         "σ_x for data-dependent files)")
+    p.add_argument("--cost", action="store_true",
+                   help="add cost columns: seconds and noisy forward passes (n0 + n) per "
+                        "example, and the device of the run")
+    p.add_argument("--plot-cost", metavar="IMAGE",
+                   help="write certified accuracy at --cost-radius against forward passes per "
+                        "example, one point per file, and their Pareto frontier")
+    p.add_argument("--cost-radius", type=float,
+                   help=f"the radius of --plot-cost (default {COST_RADIUS})")
     p.add_argument("--common", action="store_true",
                    help="compare the files on the examples (idx) they all hold, e.g. a file of "
                         "the first 200 images against one of 500 (with --agreement: each pair "
@@ -100,6 +111,7 @@ def cmd_report(args):
     if (args.into is None) != (args.block is None):
         raise SmoothcertError("--into DOC and --block NAME go together")
     _check_report_mode(args)
+    _check_cost_radius(args)
     if not args.train:
         _check_record_paths(args.files)
     if args.into is not None:
@@ -113,7 +125,9 @@ def cmd_report(args):
     else:
         table = report(args.files, parse_radii(radii), fmt=args.format, plot=args.plot,
                        envelope=args.envelope, ecdf=args.ecdf, sigma_hist=args.sigma_hist,
-                       common=args.common)
+                       common=args.common, cost=args.cost, plot_cost=args.plot_cost,
+                       cost_radius=COST_RADIUS if args.cost_radius is None
+                       else args.cost_radius)
     if args.into is not None:
         splice_block(args.into, args.block, table)
     print(table, end="")
@@ -121,7 +135,7 @@ def cmd_report(args):
 
 
 WRITTEN = (("plot", "plot"), ("ecdf", "p̂_A ECDF"), ("sigma_hist", "σ histogram"),
-           ("into", "table"))
+           ("plot_cost", "cost plot"), ("into", "table"))
 """(argument, what it receives) of report's outputs besides the table on stdout."""
 
 
@@ -164,6 +178,7 @@ def _check_report_mode(args) -> None:
     if mode is None:
         return
     given = {"--plot": args.plot is not None, "--envelope": args.envelope,
+             "--cost": args.cost, "--plot-cost": args.plot_cost is not None,
              "--ecdf": args.ecdf is not None, "--sigma-hist": args.sigma_hist is not None,
              "--common": args.train and args.common,
              "--radii": args.train and args.radii is not None}
@@ -172,6 +187,20 @@ def _check_report_mode(args) -> None:
         raise SmoothcertError(f"{' and '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} "
                               f"not apply to {mode}; drop {'it' if len(ignored) == 1 else 'them'}"
                               " or run report without " + mode)
+
+
+def _check_cost_radius(args) -> None:
+    """``--cost-radius`` is --plot-cost's, a finite radius >= 0."""
+    import math
+
+    if args.cost_radius is None:
+        return
+    if args.plot_cost is None:
+        raise SmoothcertError("--cost-radius is the radius of --plot-cost; add --plot-cost "
+                              "IMAGE or drop it")
+    if not (math.isfinite(args.cost_radius) and args.cost_radius >= 0):
+        raise SmoothcertError(f"--cost-radius must be a finite number >= 0, got "
+                              f"{args.cost_radius}")
 
 
 def _check_into(args, files, train: bool) -> None:
@@ -187,4 +216,5 @@ def _check_into(args, files, train: bool) -> None:
         check_not_input(args.into, read, "--into")
         return
     check_outputs(files, {"--plot": args.plot, "--ecdf": args.ecdf,
-                          "--sigma-hist": args.sigma_hist, "--into": args.into})
+                          "--sigma-hist": args.sigma_hist, "--plot-cost": args.plot_cost,
+                          "--into": args.into})

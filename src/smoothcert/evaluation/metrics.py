@@ -155,6 +155,18 @@ def _sigma_range(records: Records) -> tuple | None:
     return low, low if low == high else float(sigma.mean()), high  # one σ: exactly it
 
 
+# --------------------------------------------------------------------------- cost
+def forward_passes(records: Records) -> np.ndarray | None:
+    """Noisy forward passes per example that the rows count: n0 + n (the selection and the
+    estimation draws; a sequential file's n is the draws it used). Not counted: a data-dependent
+    file's σ-optimization steps, a deterministic file's clean pass. None without an ``n``
+    column (Cohen et al.'s files keep only the radius)."""
+    if "n" not in records:
+        return None
+    n = np.asarray(records["n"], dtype=np.float64)
+    return n + (np.asarray(records["n0"], dtype=np.float64) if "n0" in records else 0.0)
+
+
 # --------------------------------------------------------------------------- two files compared
 @dataclass(frozen=True)
 class Agreement:

@@ -267,6 +267,44 @@ def _clip_steps(radii: np.ndarray, acc: np.ndarray, max_radius: float):
     return np.append(radii[keep], max_radius), np.append(acc[keep], end_value)
 
 
+def plot_cost_frontier(records_list: Sequence[Records], path, radius: float) -> Path:
+    """Certified accuracy (in %) at ``radius`` against noisy forward passes per example (log
+    scale), one labelled point per file; the files no cheaper file matches or beats are joined
+    by a line (the Pareto frontier of the run's choices). Every file needs a radius and an ``n``
+    column (SmoothcertError otherwise). Written atomically, as :func:`plot_certified_accuracy`."""
+    import matplotlib.pyplot as plt
+
+    from .metrics import certified_accuracy, forward_passes
+
+    if not (isinstance(radius, (int, float)) and 0 <= radius < float("inf")):
+        raise SmoothcertError(f"the cost plot's radius must be a finite number >= 0, got "
+                              f"{radius!r}")
+    points = []
+    for r in records_list:
+        passes = forward_passes(r)
+        if passes is None or "radius" not in r:
+            raise SmoothcertError(f"--plot-cost needs radius and n columns; {r.path} lacks "
+                                  f"{'n' if passes is None else 'radius'}")
+        points.append((float(np.mean(passes)), 100 * float(certified_accuracy(r, [radius])[0]),
+                       r.name))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for x, y, name in points:
+        ax.scatter([x], [y], zorder=3)
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    frontier, best = [], -np.inf
+    for x, y, _ in sorted(points, key=lambda p: (p[0], -p[1])):
+        if y > best:
+            frontier.append((x, y))
+            best = y
+    ax.plot(*zip(*frontier), color="black", lw=1, ls="--", label="Pareto frontier")
+    ax.set_xscale("log")
+    ax.set(xlabel="noisy forward passes per example (n0 + n)",
+           ylabel=f"certified accuracy at r = {radius:g} (%)")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return _save_atomic(fig, Path(path))
+
+
 def _save_atomic(fig, path: Path) -> Path:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():

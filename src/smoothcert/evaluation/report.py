@@ -34,6 +34,7 @@ from .metrics import (
     Summary,
     certified_accuracy_envelope,
     certified_agreement,
+    forward_passes,
     is_attack_records,
     parse_radii,
     summarize,
@@ -43,7 +44,8 @@ from .tables import Table, get_format
 
 
 def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool = False,
-           ecdf=None, sigma_hist=None, common: bool = False) -> str:
+           ecdf=None, sigma_hist=None, common: bool = False, cost: bool = False,
+           plot_cost=None, cost_radius: float = 0.5) -> str:
     """Read each record file, summarize it at ``radii`` and return the table in format ``fmt``.
 
     ``paths`` is one path or several; ``radii`` is a sequence of floats or a string for
@@ -55,28 +57,54 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
     σ_x for data-dependent files). When some file's σ varies over its rows, the table gets the
     columns ``σ_x min``, ``σ_x mean``, ``σ_x max`` (see :func:`certification_table`).
     ``common`` restricts every file to the examples (idx) that all of them hold, so files of
-    different lengths over the same images are compared on the same images.
+    different lengths over the same images are compared on the same images. ``cost`` adds
+    the columns :data:`COST_COLUMNS` (seconds and noisy forward passes per example, the device);
+    ``plot_cost``, a path, receives certified accuracy at ``cost_radius`` against forward passes
+    per example, one point per file, the cheapest-best files joined (their Pareto frontier).
     """
     formatter = get_format(fmt)  # fail on a bad name before reading anything
     radii = _radii(radii)
-    check_outputs(paths, {"--plot": plot, "--ecdf": ecdf, "--sigma-hist": sigma_hist})
+    check_outputs(paths, {"--plot": plot, "--ecdf": ecdf, "--sigma-hist": sigma_hist,
+                          "--plot-cost": plot_cost})
     records = _labelled_records(paths)
     if common:
         records = common_examples(records)
     if _attack_files(records):
-        if envelope or ecdf is not None or sigma_hist is not None:
-            raise SmoothcertError("the envelope, the p̂_A ECDF and the σ histogram need CERTIFY "
-                                  "record files, not attack records")
+        if envelope or ecdf is not None or sigma_hist is not None or cost or plot_cost:
+            raise SmoothcertError("the envelope, the p̂_A ECDF, the σ histogram and the cost "
+                                  "need CERTIFY record files, not attack records")
         return formatter(_attack_report(records, radii, plot))
     if envelope:
         _check_same_examples(records)
     summaries = [summarize(r, radii) for r in records]
     table = certification_table(summaries, radii)
+    if cost:
+        table = with_columns(table, COST_COLUMNS, [cost_values(r) for r in records])
     if envelope:
         best_clean = max(s.clean_accuracy for s in summaries)
         table = with_envelope(table, certified_accuracy_envelope(records, radii), best_clean)
+    if plot_cost is not None:
+        from .plots import plot_cost_frontier
+
+        plot_cost_frontier(records, plot_cost, cost_radius)
     _figures(records, plot, envelope, ecdf, sigma_hist)
     return formatter(table)
+
+
+COST_COLUMNS = (("seconds_per_example", "s/img", "float3"),
+                ("passes_per_example", "passes/img", "int"), ("device", "device", "text"))
+"""(key, header, style) of ``report(cost=True)``'s columns: the mean of the ``time`` column, the
+mean noisy forward passes (:func:`~smoothcert.evaluation.metrics.forward_passes`) and the
+device the manifest names (empty where a file lacks the column or the manifest)."""
+
+
+def cost_values(records) -> tuple:
+    """One file's :data:`COST_COLUMNS` values."""
+    passes = forward_passes(records)
+    seconds = float(np.mean(records["time"])) if "time" in records else None
+    device = ((records.manifest or {}).get("provenance") or {}).get("device")
+    return (seconds, None if passes is None else float(np.mean(passes)),
+            device if isinstance(device, str) else None)
 
 
 def check_outputs(paths, outputs: dict) -> None:

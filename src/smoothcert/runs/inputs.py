@@ -31,6 +31,7 @@ from ..denoisers.loading import state_dict_sha256
 from ..errors import SmoothcertError, check_count, check_positive_finite
 from ..io import file_sha256
 from ..models.checkpoint import checkpoint_file, checkpoint_role, model_from_checkpoint
+from ..models.ensemble import Ensemble, fingerprint_sha256
 from ..noise.base import NOISES
 from ..smoothing.smoothed import plain
 from ..tensors import model_device
@@ -54,6 +55,7 @@ class ModelSource:
     label: str  # what the manifest names as the model
     device: torch.device
     denoiser: DenoiserSource | None = None  # in front of the classifier, when there is one
+    ensemble: dict | None = None  # an Ensemble's members, mode and K (Ensemble.fingerprint)
 
     @property
     def classifier(self) -> nn.Module:
@@ -78,6 +80,10 @@ def load_source(model, device=None, num_classes: int | None = None) -> ModelSour
     ``nn.Module`` (moved to ``device`` only when one is given; else it stays where it is). A
     checkpoint of another role (a denoiser) is refused: it goes behind a classifier, as the
     ``denoiser``."""
+    if isinstance(model, (list, tuple)):  # several checkpoints: one ensemble of them
+        model = Ensemble.from_checkpoints(model, device=device or "cpu")
+    if isinstance(model, Ensemble):
+        return _ensemble_source(model, device, num_classes)
     if isinstance(model, (str, os.PathLike)):
         model = checkpoint_file(model)  # a train run folder names its checkpoint.pt
         module, meta = model_from_checkpoint(model, device=device or "cpu")
@@ -94,6 +100,22 @@ def load_source(model, device=None, num_classes: int | None = None) -> ModelSour
         raise SmoothcertError("pass num_classes: the module has no num_classes attribute")
     return ModelSource(module, meta, check_count("num_classes", int(classes), minimum=2), sha,
                        label, model_device(module))
+
+
+def _ensemble_source(model: Ensemble, device, num_classes: int | None) -> ModelSource:
+    """An :class:`Ensemble` as one base classifier: its fingerprint holds every member's (their
+    files' SHA-256, or their state dicts'), the mode and K; its meta is the first checkpoint's."""
+    module = model.to(device) if device is not None else model
+    members = model.member_sha256 or tuple(state_dict_sha256(m) for m in model.members)
+    fingerprint = model.fingerprint(members)
+    classes = model.meta.get("num_classes", num_classes or getattr(model, "num_classes", None))
+    if classes is None:
+        raise SmoothcertError("pass num_classes: the ensemble's members have no num_classes")
+    label = f"ensemble of {len(members)} ({model.mode}" + (
+        f", consensus {model.consensus})" if model.consensus is not None else ")")
+    return ModelSource(module, model.meta, check_count("num_classes", int(classes), minimum=2),
+                       fingerprint_sha256(fingerprint), label, model_device(module),
+                       ensemble=fingerprint)
 
 
 def check_classifier(path, meta: dict) -> None:

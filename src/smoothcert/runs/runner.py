@@ -125,6 +125,8 @@ class RunConfig:
     chunk: int = CHUNK  # draws per canonical noise chunk: changes the draws, so the rows
     denoiser: str | None = None  # the denoiser's fingerprint (DenoiserSource.sha256)
     timestep: int | None = None  # a diffusion denoiser's t*: fixed by sigma
+    # an ensemble's members (their fingerprints, in order), mode and K-consensus (None: one model)
+    ensemble: dict | None = None
 
     def __post_init__(self):
         certifier, noise = _resolved_names(self.certifier, self.noise)
@@ -230,7 +232,10 @@ def certify_dataset(
     """Certify (or run any registered certifier on) every selected example of ``dataset``.
 
     ``model`` is a smoothcert checkpoint path or any ``nn.Module`` that maps pixels in [0, 1]
-    (B, C, H, W) to logits (its normalization inside); ``dataset`` any map-style dataset of
+    (B, C, H, W) to logits (its normalization inside), or an ensemble: an
+    :class:`~smoothcert.models.ensemble.Ensemble`, or a list of checkpoint paths (the mean of
+    their logits), whose identity (``ensemble``) holds every member's fingerprint, the mode and
+    K-consensus; ``dataset`` any map-style dataset of
     ``(x (C, H, W) float in [0, 1], y int)``. ``sigma`` is the noise level: a float, or a noise
     object (``Gaussian(0.25)``, ``Uniform(0.25)``), which also selects the noise; default: the
     checkpoint's. ``noise`` names the noise (``gaussian``, ``uniform``: see
@@ -275,7 +280,7 @@ def certify_dataset(
         n0=n0 if needs_n0 else None, device_type=source.device.type,
         options=dict(options or {}), engine=dict(engine or {}),
         indices=tuple(map(plain, indices)) if indices is not None else None, noise=noise,
-        **denoiser_fields(source),
+        **denoiser_fields(source), ensemble=source.ensemble,
     )
     return execute(cfg, source, data, out, shard=checked_shard(shard), workers=workers,
                    progress=progress)
@@ -305,6 +310,9 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     if cfg.device_type != source.device.type:  # CPU and CUDA generators draw other noise
         raise SmoothcertError(f"the run's device_type is {cfg.device_type!r} but the model is on "
                               f"{source.device.type!r}: the record would misstate its draws")
+    if cfg.ensemble != source.ensemble:
+        raise SmoothcertError(f"the run's ensemble is {cfg.ensemble} but the model's is "
+                              f"{source.ensemble}")
     check_compatible(source, data)
     check_progress(progress)
     if workers is not None:
@@ -438,11 +446,11 @@ def _check_shardable(cfg: RunConfig, certifier: Certifier, shard) -> None:
 
 def run_identity(cfg: RunConfig) -> dict:
     """The run's identity (see the module doc), as JSON reads it back: every field of ``cfg``
-    but ``batch`` and ``max_count``, and ``denoiser`` and ``timestep`` where they are None (so
-    runs without a denoiser keep the identity they had before denoisers)."""
+    but ``batch`` and ``max_count``, and ``denoiser``, ``timestep`` and ``ensemble`` where they
+    are None (so runs of one model without a denoiser keep the identity they had before)."""
     fields = dataclasses.asdict(cfg)
     del fields["batch"], fields["max_count"]
-    for name in ("denoiser", "timestep"):
+    for name in ("denoiser", "timestep", "ensemble"):
         if fields[name] is None:
             del fields[name]
     if fields["indices"] is not None:

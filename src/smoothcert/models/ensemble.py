@@ -1,0 +1,127 @@
+"""Ensembles of base classifiers (Horváth, Müller, Fischer & Vechev, ICLR 2022).
+
+Averaging the outputs of a few independently trained classifiers lowers the variance of the
+base classifier under noise, so the smoothed ensemble's p_A moves away from the thresholds and
+certified accuracy and ACR rise. :class:`Ensemble` is one ``nn.Module``: the mean of its
+members' logits (``mode="logits"``, Horváth et al.'s default) or of their softmaxes
+(``mode="softmax"``, returned as the log of the mean, so that argmax and softmax read it as the
+averaged probabilities).
+
+K-consensus (``consensus=K``, Horváth et al., Sec. 4): on each noisy input the first K members
+run first; where their argmaxes agree on a class, that class is the vote and the other members
+do not run on that input; elsewhere every member runs and the mean decides. It defines the
+base classifier f_K: x ↦ the first K members' common class where they agree, else the
+ensemble's argmax. Its certificates are exact for the smoothed f_K, as every certificate is for
+the classifier it samples. With K equal to the number of members f_K is the ensemble itself
+(when every member's argmax is c, c is also the argmax of their mean, in either mode): the
+certificates are the same and only the cost drops. With K smaller, f_K may differ from the
+ensemble where the first K agree and the rest outvote them; the identity holds K, so records of
+f_K never mix with the ensemble's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from ..errors import SmoothcertError
+
+MODES = ("logits", "softmax")
+
+
+class Ensemble(nn.Module):
+    """The mean of ``members``' outputs (see the module doc). ``member_sha256`` are the
+    members' fingerprints for a run's identity (the checkpoint files' SHA-256 when built by
+    :meth:`from_checkpoints`; None: their state dicts are hashed), ``meta`` the first
+    checkpoint's meta ({} for modules). ``evaluations`` counts member forward passes (rows), for
+    measuring what K-consensus saves."""
+
+    def __init__(self, members: Sequence[nn.Module], mode: str = "logits",
+                 consensus: int | None = None, member_sha256: Sequence[str] | None = None,
+                 meta: dict | None = None):
+        super().__init__()
+        members = list(members)
+        if not members or not all(isinstance(m, nn.Module) for m in members):
+            raise SmoothcertError("an ensemble needs one or more nn.Module members, got "
+                                  f"{[type(m).__name__ for m in members]}")
+        if mode not in MODES:
+            raise SmoothcertError(f"ensemble mode must be one of {', '.join(MODES)}, got "
+                                  f"{mode!r}")
+        if consensus is not None and (isinstance(consensus, bool) or not isinstance(
+                consensus, int) or not 1 <= consensus <= len(members)):
+            raise SmoothcertError(f"consensus K must be an integer in 1..{len(members)} (the "
+                                  f"number of members), got {consensus!r}")
+        if member_sha256 is not None and len(member_sha256) != len(members):
+            raise SmoothcertError("member_sha256 needs one fingerprint per member")
+        self.members = nn.ModuleList(members)
+        self.mode, self.consensus = mode, consensus
+        self.member_sha256 = tuple(member_sha256) if member_sha256 is not None else None
+        self.meta = dict(meta or {})
+        self.evaluations = 0
+        classes = {getattr(m, "num_classes", None) for m in members} - {None}
+        if len(classes) > 1:
+            raise SmoothcertError(f"the members disagree on the number of classes: {classes}")
+        if classes:
+            self.num_classes = classes.pop()
+
+    @classmethod
+    def from_checkpoints(cls, paths: Sequence[str | os.PathLike], mode: str = "logits",
+                         consensus: int | None = None, device="cpu") -> Ensemble:
+        """The classifiers of smoothcert checkpoints (files or train run folders) of one
+        dataset, number of classes and input shape, fingerprinted by their files."""
+        from ..io import file_sha256
+        from .checkpoint import checkpoint_file, model_from_checkpoint
+
+        if not paths:
+            raise SmoothcertError("an ensemble needs at least one checkpoint")
+        files = [checkpoint_file(p) for p in paths]
+        loaded = [model_from_checkpoint(f, device=device) for f in files]
+        first = loaded[0][1]
+        for f, (_, meta) in zip(files[1:], loaded[1:]):
+            for key in ("dataset", "num_classes", "input_shape"):
+                if meta.get(key) != first.get(key):
+                    raise SmoothcertError(
+                        f"ensemble members must share {key}: {files[0]} has {first.get(key)!r},"
+                        f" {f} has {meta.get(key)!r}")
+        return cls([m for m, _ in loaded], mode, consensus, [file_sha256(f) for f in files],
+                   meta=first)
+
+    def fingerprint(self, member_sha256: Sequence[str]) -> dict:
+        """The ensemble's part of a run identity: the members' fingerprints in order, the mode
+        and K (None: no consensus)."""
+        return {"members": list(member_sha256), "mode": self.mode, "consensus": self.consensus}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.consensus is None:
+            return self._mean([self._run(m, x) for m in self.members])
+        first = [self._run(m, x) for m in self.members[:self.consensus]]
+        votes = torch.stack([out.argmax(dim=1) for out in first])
+        agree = (votes == votes[0]).all(dim=0)
+        out = self._mean(first)  # where the first K agree, its argmax is their class
+        rest = ~agree
+        if rest.any() and len(self.members) > self.consensus:
+            later = [self._run(m, x[rest]) for m in self.members[self.consensus:]]
+            full = self._mean([o[rest] for o in first] + later)
+            out = out.to(full.dtype).index_put((rest.nonzero().squeeze(1),), full)
+        return out
+
+    def _run(self, member: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        self.evaluations += len(x)
+        return member(x)
+
+    def _mean(self, outputs: list) -> torch.Tensor:
+        if self.mode == "logits":
+            return torch.stack(outputs).mean(dim=0)
+        probabilities = torch.stack([o.float().softmax(dim=1) for o in outputs]).mean(dim=0)
+        return probabilities.log().to(outputs[0].dtype)
+
+
+def fingerprint_sha256(fingerprint: dict) -> str:
+    """One SHA-256 for an ensemble's identity part (the run's ``checkpoint_sha256``)."""
+    text = json.dumps(fingerprint, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,23 @@
+"""Smoke test of the ensembles driver: ``run.py --quick`` trains six toy LeNets, certifies 3
+images with every variant and writes both tables into a copy of README.md. Not part of
+``make test`` (``make studies-smoke`` runs it)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def test_quick_run_writes_both_tables(tmp_path):
+    cmd = [sys.executable, str(HERE / "run.py"), "--quick", "--out", str(tmp_path),
+           *(["--data-root", DATA] if Path(DATA).is_dir() else [])]
+    subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+    doc = (tmp_path / "README.md").read_text()
+    for block in ("s025", "s050"):
+        table = doc.split(f"<!-- report:{block} -->\n")[1].split(f"<!-- /report:{block} -->")[0]
+        names = [line.split(" | ")[0][2:] for line in table.splitlines()[2:]]
+        assert names == ["seed0", "seed1", "seed2", "ensemble", "ensemble_k2", "ensemble_k3",
+                         "runner_up_seed0", "runner_up_ensemble"]
+        assert all(" | 3 | " in line for line in table.splitlines()[2:])  # 3 images each
