@@ -216,7 +216,7 @@ def test_every_plugin_declares_one_options_dataclass_with_a_help_line_per_option
 
 
 DEFAULT_OPTIONS = {  # the run identities' and configs' options before the idiom
-    "certify": {}, "predict": {}, "deterministic": {}, "lbound-heuristic": {},
+    "certify": {}, "predict": {}, "deterministic": {}, "lbound-heuristic": {}, "runner-up": {},
     "lbound": {"bound": "pairwise", "select": "clean"},
     "sequential": {"radii": "auto", "test": "targeted-patient"},
     "data-dependent": {"num_steps": 100, "step_size": 0.0001, "num_samples": 1, "memory": True},

@@ -37,8 +37,8 @@ def model_args(p) -> None:
     p.add_argument("--consensus", type=int, metavar="K",
                    help="K-consensus (Horváth et al. 2022): on each noisy input the first K "
                         "members run first and, where they agree, their class is the vote; the "
-                        "certificates are the consensus classifier's (K = all members: the "
-                        "ensemble's own, at less cost)")
+                        "certificates are the consensus classifier's, which K < all members "
+                        "makes cheaper and K = all members makes the ensemble itself)")
     p.add_argument("--denoiser", metavar="SPEC", help=DENOISER_HELP)
 
 

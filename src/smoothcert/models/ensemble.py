@@ -13,10 +13,11 @@ do not run on that input; elsewhere every member runs and the mean decides. It d
 base classifier f_K: x ↦ the first K members' common class where they agree, else the
 ensemble's argmax. Its certificates are exact for the smoothed f_K, as every certificate is for
 the classifier it samples. With K equal to the number of members f_K is the ensemble itself
-(when every member's argmax is c, c is also the argmax of their mean, in either mode): the
-certificates are the same and only the cost drops. With K smaller, f_K may differ from the
-ensemble where the first K agree and the rest outvote them; the identity holds K, so records of
-f_K never mix with the ensemble's.
+(when every member's argmax is c, c is also the argmax of their mean, in either mode), and
+nothing is skipped: the same certificates at the same cost. Only K smaller saves member
+evaluations, and then f_K may differ from the ensemble where the first K agree and the rest
+would outvote them: the certificates are f_K's, not the ensemble's. The identity holds K, so
+records of f_K never mix with the ensemble's.
 """
 
 from __future__ import annotations
