@@ -333,9 +333,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     p.add_argument("--small-dncnn", nargs=2, type=int, default=[7, 32],
                    metavar=("DEPTH", "WIDTH"), help="the small DnCNN's depth and width")
+    return parse_timing_args(p, argv, batch=32)
+
+
+def parse_timing_args(p: argparse.ArgumentParser, argv, batch: int) -> argparse.Namespace:
+    """``p`` with the workload and engine flags of a throughput comparison, parsed (also
+    ``ensemble_cost.py``'s)."""
     p.add_argument("--images", type=int, default=1, help="images per timing")
     p.add_argument("--n0", type=int, default=10, help="selection draws per image")
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--batch", type=int, default=batch)
     p.add_argument("--seconds", type=float, default=1.5, help="about this long per timing")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])

@@ -49,21 +49,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--classifiers", nargs="+", default=list(CLASSIFIERS), choices=CLASSIFIERS)
     p.add_argument("--variants", nargs="+", default=list(VARIANTS))
-    p.add_argument("--images", type=int, default=1, help="images per timing")
-    p.add_argument("--n0", type=int, default=10, help="selection draws per image")
-    p.add_argument("--batch", type=int, default=100)
-    p.add_argument("--seconds", type=float, default=1.5, help="about this long per timing")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
-    p.add_argument("--channels-last", action="store_true")
-    args = p.parse_args(argv)
+    args = dn.parse_timing_args(p, argv, batch=100)
     bad = [v for v in args.variants if v != "one" and not (
         v.startswith("ensemble-") and v.split("-")[1].isdigit()
         and v.split("-")[2:] in ([], ["softmax"]))]
     if bad:
         p.error(f"unknown variant(s) {bad}: one, ensemble-M or ensemble-M-softmax")
-    if not 0 < args.n0 < args.batch:
-        p.error("--n0 must be positive and smaller than --batch")
     return args
 
 
