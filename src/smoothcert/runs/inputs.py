@@ -209,6 +209,19 @@ def check_denoiser(source: ModelSource, denoiser: str | None, timestep: int | No
             f"model has {given[0]} (timestep {given[1]}); pass the configuration's denoiser")
 
 
+def check_source(source: ModelSource, cfg) -> None:
+    """The model is the one a run's configuration (a ``RunConfig``) describes: its denoiser,
+    its ensemble, and its device (CPU and CUDA generators draw other noise, so a record must
+    name the device that drew it)."""
+    check_denoiser(source, cfg.denoiser, cfg.timestep)
+    if cfg.ensemble != source.ensemble:
+        raise SmoothcertError(f"the run's ensemble is {cfg.ensemble} but the model's is "
+                              f"{source.ensemble}")
+    if cfg.device_type != source.device.type:
+        raise SmoothcertError(f"the run's device_type is {cfg.device_type!r} but the model is on "
+                              f"{source.device.type!r}: the record would misstate its draws")
+
+
 def check_compatible(source: ModelSource, data: Examples) -> None:
     """The model's classes and input shape against the dataset's, where both are known. Behind
     a denoiser the data must fit the denoiser's input; the classifier then needs only the same
@@ -430,6 +443,6 @@ def as_examples(dataset, name: str | None = None, split: str | None = None) -> E
 
 
 __all__ = ["Examples", "ModelSource", "as_examples", "check_classifier", "check_compatible",
-           "check_denoiser", "check_labels", "checked_indices", "checked_shard",
+           "check_denoiser", "check_labels", "check_source", "checked_indices", "checked_shard",
            "default_workers", "denoiser_fields", "file_sha256", "load_source", "sigma_and_noise",
            "split_denoised", "state_dict_sha256", "with_denoiser"]

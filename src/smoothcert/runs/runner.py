@@ -61,8 +61,8 @@ from .inputs import (
     ModelSource,
     as_examples,
     check_compatible,
-    check_denoiser,
     check_labels,
+    check_source,
     checked_indices,
     checked_shard,
     denoiser_fields,
@@ -272,18 +272,25 @@ def certify_dataset(
     needs_n0 = certifier_class(certifier).needs_n0  # an unknown name raises, listing the known ones
     sigma, noise = sigma_and_noise(plain(sigma), noise, source, denoised=denoiser is not None)
     source = with_denoiser(source, denoiser, sigma)  # after σ: a diffusion denoiser's t* is σ's
-    n0, n, alpha, batch, seed, skip, max_count = map(  # numpy scalars are numbers too
-        plain, (n0, n, alpha, batch, seed, skip, max_count))
-    cfg = RunConfig(
+    counts = dict(n0=n0 if needs_n0 else None, n=n, alpha=alpha, batch=batch, seed=seed,
+                  skip=skip, max_count=max_count)
+    cfg = _dataset_config(source, data, certifier, noise, sigma, counts, options, engine,
+                          indices)
+    return execute(cfg, source, data, out, shard=checked_shard(shard), workers=workers,
+                   progress=progress)
+
+
+def _dataset_config(source: ModelSource, data: Examples, certifier: str, noise: str,
+                    sigma: float, counts: dict, options, engine, indices) -> RunConfig:
+    """:func:`certify_dataset`'s run configuration: its numbers as plain Python numbers (numpy
+    scalars are numbers too), the model's fingerprints (classifier, denoiser, ensemble)."""
+    return RunConfig(
         certifier=certifier, checkpoint_sha256=source.sha256, dataset=data.name, split=data.split,
-        sigma=sigma, n=n, alpha=alpha, batch=batch, seed=seed, skip=skip, max_count=max_count,
-        n0=n0 if needs_n0 else None, device_type=source.device.type,
-        options=dict(options or {}), engine=dict(engine or {}),
+        sigma=sigma, **{k: plain(v) for k, v in counts.items()},
+        device_type=source.device.type, options=dict(options or {}), engine=dict(engine or {}),
         indices=tuple(map(plain, indices)) if indices is not None else None, noise=noise,
         **denoiser_fields(source), ensemble=source.ensemble,
     )
-    return execute(cfg, source, data, out, shard=checked_shard(shard), workers=workers,
-                   progress=progress)
 
 
 def run_dataset(
@@ -306,13 +313,7 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     """The rows of ``cfg`` on this shard's examples of ``data``; with ``out`` each row is also
     appended (fsynced) to the shard's record file, resuming after the rows already there, and
     the rows returned are the file's. Everything is checked before the file is opened."""
-    check_denoiser(source, cfg.denoiser, cfg.timestep)
-    if cfg.device_type != source.device.type:  # CPU and CUDA generators draw other noise
-        raise SmoothcertError(f"the run's device_type is {cfg.device_type!r} but the model is on "
-                              f"{source.device.type!r}: the record would misstate its draws")
-    if cfg.ensemble != source.ensemble:
-        raise SmoothcertError(f"the run's ensemble is {cfg.ensemble} but the model's is "
-                              f"{source.ensemble}")
+    check_source(source, cfg)
     check_compatible(source, data)
     check_progress(progress)
     if workers is not None:
