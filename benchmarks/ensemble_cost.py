@@ -8,13 +8,16 @@ timed as ``denoised.py`` times its variants: draws calibrated to ``--seconds`` p
 
 * ``one``: the classifier alone;
 * ``ensemble-M``: :class:`smoothcert.Ensemble` of M members, the mean of their logits;
-* ``ensemble-M-softmax``: the mean of their softmaxes.
+* ``ensemble-M-softmax``: the mean of their softmaxes;
+* ``ensemble-M-exact``: the softmax mean with ``consensus="exact"``. With random weights the
+  members are never confident together, so no member is skipped: this is the bookkeeping's
+  worst case (the margins, the row selections), not its saving.
 
 "× cost" is the median over rounds of ``one``'s throughput over the variant's (the same round).
 By arithmetic an ensemble of M costs M forward passes per draw; the table says what the
-averaging and the engine add. K-consensus is not timed here: with random weights the members
-disagree on almost every draw, so what it saves depends on trained members (the ensembles
-study counts their evaluations).
+averaging and the engine add. What a consensus saves is not timed here: with random weights the
+members disagree on almost every draw, so it depends on trained members (the ensembles study
+counts their evaluations, ``run.py cost``).
 
     python benchmarks/ensemble_cost.py                 # CPU, ~1 minute
     python benchmarks/ensemble_cost.py --device cuda --batch 1000
@@ -32,7 +35,7 @@ from common import print_environment
 from smoothcert.models.ensemble import Ensemble
 
 CLASSIFIERS = ("lenet", "cifar_resnet110")
-VARIANTS = ("one", "ensemble-3", "ensemble-3-softmax", "ensemble-5")
+VARIANTS = ("one", "ensemble-3", "ensemble-3-softmax", "ensemble-3-exact", "ensemble-5")
 
 
 def variant_model(classifier: str, variant: str, device, args) -> torch.nn.Module:
@@ -41,7 +44,9 @@ def variant_model(classifier: str, variant: str, device, args) -> torch.nn.Modul
         return dn.seeded(lambda: ct.make_model(classifier, device), 0)
     _, m, *mode = variant.split("-")
     members = [dn.seeded(lambda: ct.make_model(classifier, device), i) for i in range(int(m))]
-    return Ensemble(members, mode[0] if mode else "logits").to(device).eval()
+    exact = mode == ["exact"]
+    return Ensemble(members, "softmax" if exact else (mode[0] if mode else "logits"),
+                    consensus="exact" if exact else None).to(device).eval()
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -52,9 +57,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = dn.parse_timing_args(p, argv, batch=100)
     bad = [v for v in args.variants if v != "one" and not (
         v.startswith("ensemble-") and v.split("-")[1].isdigit()
-        and v.split("-")[2:] in ([], ["softmax"]))]
+        and v.split("-")[2:] in ([], ["softmax"], ["exact"]))]
     if bad:
-        p.error(f"unknown variant(s) {bad}: one, ensemble-M or ensemble-M-softmax")
+        p.error(f"unknown variant(s) {bad}: one, ensemble-M, ensemble-M-softmax or "
+                "ensemble-M-exact")
     return args
 
 

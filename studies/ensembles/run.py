@@ -15,12 +15,21 @@ README.md's blocks.
   ensemble_k2, ensemble_k3 (CERTIFY of the ensemble, K-consensus 2 and 3 of 3), runner_up_seed0
   and runner_up_ensemble (``--certifier runner-up``), on every 20th test image (500), n0 = 100,
   n = 10,000, α = 0.001; ``certify`` resumes a partial file itself.
-- ``report`` fills README.md's blocks ``s025`` and ``s050`` with ``report --cost``.
-- ``--quick``: one epoch on 300 images, 3 images at n = 200, under runs/studies-quick/ensembles.
+- ``cost`` (not part of ``all``) writes OUT/records/cost_<σ>/<name>.tsv on every 200th test
+  image (50), n0 = 100, n = 10,000: seed0, ensemble, ensemble_k2 (logits mode),
+  ensemble_softmax and ensemble_exact (softmax mode, ``--consensus exact``), one after another
+  on one device, and each run's member evaluations per noisy input (the line the CLI prints)
+  into OUT/records/cost_<σ>/evaluations.json.
+- ``report`` fills README.md's blocks ``s025`` and ``s050`` with ``report --cost``, and
+  ``cost_s025``, ``cost_s050`` (where ``cost`` ran) with the same plus the member evaluations
+  per draw and whether ensemble_exact's rows equal ensemble_softmax's (all columns but time).
+- ``--quick``: one epoch on 300 images, 3 images at n = 200 (cost: 2), under
+  runs/studies-quick/ensembles.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -79,6 +88,55 @@ def certify(args, work: Path, out: Path) -> None:
                   "--no-progress", *data_flags(args), "--out", str(target)])
 
 
+def cost_runs(work: Path, key: str) -> dict:
+    """The cost step's record name → (checkpoints, extra flags)."""
+    models = [str(work / "models" / f"lenet_{key}_seed{s}") for s in SEEDS]
+    softmax = ["--ensemble-mode", "softmax"]
+    return {"seed0": (models[:1], []), "ensemble": (models, []),
+            "ensemble_k2": (models, ["--consensus", "2"]), "ensemble_softmax": (models, softmax),
+            "ensemble_exact": (models, [*softmax, "--consensus", "exact"])}
+
+
+def cost(args, work: Path, out: Path) -> None:
+    size = ["--n", "200", "--skip", "1000", "--max", "2"] if args.quick else \
+        ["--n", "10000", "--skip", "200", "--max", "50"]
+    for key, sigma in SIGMAS.items():
+        folder = out / "records" / f"cost_{key}"
+        folder.mkdir(parents=True, exist_ok=True)
+        evaluations = {}
+        for name, (models, extra) in cost_runs(work, key).items():
+            printed = call([*SMOOTHCERT, "certify", *models, *extra, "--sigma", sigma, "--n0",
+                            "100", *size, "--alpha", "0.001", "--batch", args.batch, "--device",
+                            args.device, "--no-progress", *data_flags(args), "--out",
+                            str(folder / f"{name}.tsv")], capture=True)
+            print(printed, end="")
+            line = [t for t in printed.splitlines() if "per noisy input:" in t]
+            evaluations[name] = float(line[0].split(": ")[1].split()[0]) if line else 1.0
+        (folder / "evaluations.json").write_text(json.dumps(evaluations, indent=1) + "\n")
+
+
+def rows_without_time(path: Path) -> list[str]:
+    lines = path.read_text().splitlines()
+    drop = lines[0].split("\t").index("time")
+    return ["\t".join(c for i, c in enumerate(line.split("\t")) if i != drop) for line in lines]
+
+
+def cost_table(out: Path, key: str) -> str:
+    """``report --cost`` of the cost step's files, with the member evaluations per draw."""
+    folder = out / "records" / f"cost_{key}"
+    evaluations = json.loads((folder / "evaluations.json").read_text())
+    files = [str(folder / f"{name}.tsv") for name in evaluations]
+    lines = call([*SMOOTHCERT, "report", *files, "--radii", RADII[key], "--cost"],
+                 capture=True).splitlines()
+    lines[0] += " member evals/draw |"
+    lines[1] += " ---: |"
+    lines[2:] = [f"{line} {evaluations[line.split(' | ')[0][2:]]:.3f} |" for line in lines[2:]]
+    same = rows_without_time(folder / "ensemble_exact.tsv") == rows_without_time(
+        folder / "ensemble_softmax.tsv")
+    return "\n".join(lines) + ("\n\nensemble_exact's rows equal ensemble_softmax's (every "
+                               f"column but time): {'yes' if same else 'NO'}\n")
+
+
 def report(out: Path) -> None:
     doc = readme(out, HERE)
     for key in SIGMAS:
@@ -86,12 +144,15 @@ def report(out: Path) -> None:
         table = call([*SMOOTHCERT, "report", *files, "--radii", RADII[key], "--cost"],
                      capture=True)
         splice_block(doc, key, table)
+        if (out / "records" / f"cost_{key}" / "evaluations.json").exists():
+            splice_block(doc, f"cost_{key}", cost_table(out, key))
     print(f"tables: {doc}")
 
 
 def main() -> None:
     p = parser(__doc__, "ensembles")
-    p.add_argument("step", nargs="?", default="all", choices=["train", "certify", "report", "all"])
+    p.add_argument("step", nargs="?", default="all",
+                   choices=["train", "certify", "cost", "report", "all"])
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch", default="1000")
     p.add_argument("--work", help="where the models are trained (default: runs/studies/ensembles"
@@ -104,6 +165,8 @@ def main() -> None:
         train(args, work)
     if args.step in ("certify", "all"):
         certify(args, work, out)
+    if args.step == "cost" or (args.step == "all" and args.quick):
+        cost(args, work, out)
     if args.step in ("report", "all"):
         report(out)
 

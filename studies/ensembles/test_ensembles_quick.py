@@ -1,5 +1,6 @@
 """Smoke test of the ensembles driver: ``run.py --quick`` trains six toy LeNets, certifies 3
-images with every variant and writes both tables into a copy of README.md. Not part of
+images with every variant (2 with the cost step's) and writes the four tables into a copy of
+README.md. Not part of
 ``make test`` (``make studies-smoke`` runs it)."""
 
 import subprocess
@@ -21,3 +22,11 @@ def test_quick_run_writes_both_tables(tmp_path):
         assert names == ["seed0", "seed1", "seed2", "ensemble", "ensemble_k2", "ensemble_k3",
                          "runner_up_seed0", "runner_up_ensemble"]
         assert all(" | 3 | " in line for line in table.splitlines()[2:])  # 3 images each
+
+    for block in ("cost_s025", "cost_s050"):
+        text = doc.split(f"<!-- report:{block} -->\n")[1].split(f"<!-- /report:{block} -->")[0]
+        table = [line for line in text.splitlines() if line.startswith("| ")]
+        assert [line.split(" | ")[0][2:] for line in table[2:]] == [
+            "seed0", "ensemble", "ensemble_k2", "ensemble_softmax", "ensemble_exact"]
+        assert table[0].endswith("member evals/draw |") and table[2].endswith(" 1.000 |")
+        assert "ensemble_exact's rows equal ensemble_softmax's (every column but time): yes" in text

@@ -4,6 +4,7 @@ denoiser with ``--denoiser``) over a dataset split into a record file, through o
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from ..errors import SmoothcertError
@@ -34,11 +35,14 @@ def model_args(p) -> None:
     p.add_argument("--ensemble-mode", choices=("logits", "softmax"),
                    help="how several checkpoints combine: the mean of their logits (default) or "
                         "of their softmaxes")
-    p.add_argument("--consensus", type=int, metavar="K",
+    p.add_argument("--consensus", type=consensus_arg, metavar="K|exact",
                    help="K-consensus (Horváth et al. 2022): on each noisy input the first K "
-                        "members run first and, where they agree, their class is the vote; the "
-                        "certificates are the consensus classifier's, which K < all members "
-                        "makes cheaper and K = all members makes the ensemble itself)")
+                        "members run first and, where they agree, their class is the vote (the "
+                        "certificates are this consensus classifier's: K < all members is "
+                        "cheaper and another classifier, K = all members the ensemble itself); "
+                        "'exact' (with --ensemble-mode softmax): each noisy input stops once the "
+                        "members still to run cannot change its vote, so the certificates are "
+                        "the ensemble's and only the cost falls")
     p.add_argument("--denoiser", metavar="SPEC", help=DENOISER_HELP)
 
 
@@ -149,6 +153,24 @@ def run_certifier(certifier: str, args, options: dict) -> None:
         denoiser=args.denoiser,
     )
     print(f"records: {shard_path(args.out, *shard)}")
+    per_input = getattr(model, "evaluations_per_input", lambda: None)()
+    if per_input is not None:  # what a consensus saved, in this invocation
+        print(f"member evaluations per noisy input: {per_input:.3f} of {len(model.members)} "
+              f"({model.evaluations} in all)")
+
+
+def consensus_arg(text: str):
+    """--consensus: 'exact' or a positive integer K (the upper bound, the number of members, is
+    checked when the ensemble is built)."""
+    if text == "exact":
+        return text
+    try:
+        k = int(text)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"expected 'exact' or a positive integer K, got {text!r}")
+    return k
 
 
 def _model(args, device):

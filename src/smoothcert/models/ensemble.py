@@ -18,6 +18,19 @@ nothing is skipped: the same certificates at the same cost. Only K smaller saves
 evaluations, and then f_K may differ from the ensemble where the first K agree and the rest
 would outvote them: the certificates are f_K's, not the ensemble's. The identity holds K, so
 records of f_K never mix with the ensemble's.
+
+Exact consensus (``consensus="exact"``, softmax mode only) changes the cost and nothing else.
+Members run one after another; after k of M, let S be the sum of their softmaxes on a noisy
+input and c its top class. Each member still to run adds a probability vector, which raises
+any class against c by at most 1, so if S_c − S_j > M − k for every j ≠ c, the ensemble's
+argmax is c whatever the rest return, and the input stops there. (Logits are unbounded, so
+in logits mode no such bound exists and the option is refused.) It needs k > M/2, so it skips
+members only from three on: with M = 3, the third member runs only where the first two are not
+confident together. The skip happens only inside the engine's vote counting
+(:func:`~smoothcert.tensors.argmax_only`), where the argmax and finiteness of each row are all
+that is read; every other call (soft scores, gradients of attacks) gets the whole mean. So the
+votes, hence every certificate, are the ensemble's, and the identity is the plain ensemble's: a
+file can be resumed with or without it. The test carries a slack of 1e-4 for the float32 sums.
 """
 
 from __future__ import annotations
@@ -31,19 +44,22 @@ import torch
 from torch import nn
 
 from ..errors import SmoothcertError
+from ..tensors import reading_argmax_only
 
 MODES = ("logits", "softmax")
+SLACK = 1e-4  # exact consensus: margin beyond M − k that covers the float32 sums' rounding
 
 
 class Ensemble(nn.Module):
     """The mean of ``members``' outputs (see the module doc). ``member_sha256`` are the
     members' fingerprints for a run's identity (the checkpoint files' SHA-256 when built by
     :meth:`from_checkpoints`; None: their state dicts are hashed), ``meta`` the first
-    checkpoint's meta ({} for modules). ``evaluations`` counts member forward passes (rows), for
-    measuring what K-consensus saves."""
+    checkpoint's meta ({} for modules). ``evaluations`` counts member forward passes (rows) and
+    ``inputs`` the rows the ensemble was called on, for measuring what a consensus saves
+    (:meth:`evaluations_per_input`)."""
 
     def __init__(self, members: Sequence[nn.Module], mode: str = "logits",
-                 consensus: int | None = None, member_sha256: Sequence[str] | None = None,
+                 consensus: int | str | None = None, member_sha256: Sequence[str] | None = None,
                  meta: dict | None = None):
         super().__init__()
         members = list(members)
@@ -53,17 +69,14 @@ class Ensemble(nn.Module):
         if mode not in MODES:
             raise SmoothcertError(f"ensemble mode must be one of {', '.join(MODES)}, got "
                                   f"{mode!r}")
-        if consensus is not None and (isinstance(consensus, bool) or not isinstance(
-                consensus, int) or not 1 <= consensus <= len(members)):
-            raise SmoothcertError(f"consensus K must be an integer in 1..{len(members)} (the "
-                                  f"number of members), got {consensus!r}")
+        _check_consensus(consensus, mode, len(members))
         if member_sha256 is not None and len(member_sha256) != len(members):
             raise SmoothcertError("member_sha256 needs one fingerprint per member")
         self.members = nn.ModuleList(members)
         self.mode, self.consensus = mode, consensus
         self.member_sha256 = tuple(member_sha256) if member_sha256 is not None else None
         self.meta = dict(meta or {})
-        self.evaluations = 0
+        self.evaluations = self.inputs = 0
         classes = {getattr(m, "num_classes", None) for m in members} - {None}
         if len(classes) > 1:
             raise SmoothcertError(f"the members disagree on the number of classes: {classes}")
@@ -72,7 +85,7 @@ class Ensemble(nn.Module):
 
     @classmethod
     def from_checkpoints(cls, paths: Sequence[str | os.PathLike], mode: str = "logits",
-                         consensus: int | None = None, device="cpu") -> Ensemble:
+                         consensus: int | str | None = None, device="cpu") -> Ensemble:
         """The classifiers of smoothcert checkpoints (files or train run folders) of one
         dataset, number of classes and input shape, fingerprinted by their files."""
         from ..io import file_sha256
@@ -94,11 +107,20 @@ class Ensemble(nn.Module):
 
     def fingerprint(self, member_sha256: Sequence[str]) -> dict:
         """The ensemble's part of a run identity: the members' fingerprints in order, the mode
-        and K (None: no consensus)."""
-        return {"members": list(member_sha256), "mode": self.mode, "consensus": self.consensus}
+        and K (None: no consensus, or the exact one, which changes no vote)."""
+        consensus = None if self.consensus == "exact" else self.consensus  # votes unchanged
+        return {"members": list(member_sha256), "mode": self.mode, "consensus": consensus}
+
+    def evaluations_per_input(self) -> float | None:
+        """Member forward passes per input row so far (the number of members without a
+        consensus); None before the first call."""
+        return self.evaluations / self.inputs if self.inputs else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.consensus is None:
+        self.inputs += len(x)
+        if self.consensus == "exact" and reading_argmax_only():
+            return self._exact(x)
+        if self.consensus in (None, "exact"):
             return self._mean([self._run(m, x) for m in self.members])
         first = [self._run(m, x) for m in self.members[:self.consensus]]
         votes = torch.stack([out.argmax(dim=1) for out in first])
@@ -111,6 +133,33 @@ class Ensemble(nn.Module):
             out = out.to(full.dtype).index_put((rest.nonzero().squeeze(1),), full)
         return out
 
+    def _exact(self, x: torch.Tensor) -> torch.Tensor:
+        """Outputs with the argmax (and finiteness) of the whole mean on every row, members run
+        only on the rows whose vote the members still to run could change (module doc)."""
+        live = torch.arange(len(x), device=x.device)  # rows still undecided
+        outputs: list = []  # each run member's outputs on the live rows
+        total = None  # the sum of their softmaxes on the live rows
+        out = None
+        for k, member in enumerate(self.members, start=1):
+            outputs.append(self._run(member, x[live]))
+            p = outputs[-1].float().softmax(dim=1)
+            total = p if total is None else total + p
+            if out is None:
+                out = torch.empty((len(x), p.shape[1]), dtype=torch.float32, device=x.device)
+            left = len(self.members) - k
+            if left == 0:
+                out[live] = self._mean(outputs)  # the same mean as without consensus
+                break
+            top2 = total.topk(2, dim=1).values  # NaN rows never pass: they run to the end
+            decided = top2[:, 0] - top2[:, 1] > left + SLACK
+            out[live[decided]] = (total[decided] / k).log()  # argmax c, as the whole mean's
+            keep = ~decided
+            live, total = live[keep], total[keep]
+            outputs = [o[keep] for o in outputs]
+            if not len(live):
+                break
+        return out
+
     def _run(self, member: nn.Module, x: torch.Tensor) -> torch.Tensor:
         self.evaluations += len(x)
         return member(x)
@@ -118,11 +167,25 @@ class Ensemble(nn.Module):
     def _mean(self, outputs: list) -> torch.Tensor:
         if self.mode == "logits":
             return torch.stack(outputs).mean(dim=0)
-        probabilities = torch.stack([o.float().softmax(dim=1) for o in outputs]).mean(dim=0)
-        return probabilities.log().to(outputs[0].dtype)
+        # float32 log-probabilities whatever the members' dtype: bf16 would round near-ties
+        # into ties, so the vote would depend on the class order
+        return torch.stack([o.float().softmax(dim=1) for o in outputs]).mean(dim=0).log()
 
 
 def fingerprint_sha256(fingerprint: dict) -> str:
     """One SHA-256 for an ensemble's identity part (the run's ``checkpoint_sha256``)."""
     text = json.dumps(fingerprint, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_consensus(consensus, mode: str, members: int) -> None:
+    if consensus == "exact":
+        if mode != "softmax":
+            raise SmoothcertError("exact consensus needs the softmax mode (--ensemble-mode "
+                                  "softmax): logits are unbounded, so the members still to run "
+                                  "could always overturn the vote")
+        return
+    if consensus is not None and (isinstance(consensus, bool) or not isinstance(
+            consensus, int) or not 1 <= consensus <= members):
+        raise SmoothcertError(f"consensus must be 'exact' or an integer K in 1..{members} (the "
+                              f"number of members), got {consensus!r}")

@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from ..errors import SmoothcertError, check_count
+from ..tensors import argmax_only
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 CHUNK = 1024
@@ -332,7 +333,8 @@ class _Scheduler:
         size = sum(rows for _, _, rows in pieces)
         padded = self.engine.compile  # a compiled model keeps one batch shape
         batch = self.buffer if padded else self.buffer[:size]
-        logits = self.engine.forward(self.model, batch, size, self.num_classes)
+        with argmax_only():  # only the votes are read: a model may skip what cannot change them
+            logits = self.engine.forward(self.model, batch, size, self.num_classes)
         # a row that does not vote (NaN, +inf) goes to the extra column C: checked without a
         # host synchronisation of its own, when its request's counts are read (``_complete``)
         labels = logits.argmax(dim=1).masked_fill_(~voting(logits), self.num_classes)
