@@ -30,3 +30,18 @@ def test_quick_run_writes_both_tables(tmp_path):
             "seed0", "ensemble", "ensemble_k2", "ensemble_softmax", "ensemble_exact"]
         assert table[0].endswith("member evals/draw |") and table[2].endswith(" 1.000 |")
         assert "ensemble_exact's rows equal ensemble_softmax's (every column but time): yes" in text
+
+
+def test_runner_up_gain_table():
+    """Rest on one class: the runner-up's bound is a little below CERTIFY's (α split); rest
+    spread: above it, and nonzero where CERTIFY abstains."""
+    out = subprocess.run([sys.executable, str(HERE / "runner_up_gain.py")], check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    rows = [line.strip("| ").split(" | ") for line in out.splitlines()[4:]]
+    assert len(rows) == 24
+    for _, p_a, rest, certify, runner_up, _ in rows:
+        certify, runner_up = float(certify), float(runner_up)
+        if rest == "one":
+            assert runner_up <= certify and (certify == 0) == (float(p_a) <= 0.5)
+        else:
+            assert runner_up > max(certify, 0.1)
