@@ -114,3 +114,20 @@ def test_the_unsound_control_exceeds_alpha():
 def test_one_class_is_refused():
     with pytest.raises(SmoothcertError, match="at least 2 classes"):
         runner_up_certificate(0, np.array([10]), ALPHA, SIGMA)
+
+
+@pytest.mark.parametrize(("flags", "match"), [
+    (["--noise", "uniform"], "runner-up"),
+    (["--opt", "level=0.5"], "level"),
+])
+def test_cli_refuses_bad_runner_up_input_in_one_line(tmp_path, capsys, flags, match):
+    from conftest import write_checkpoint
+    from smoothcert.cli.app import main
+
+    ck = write_checkpoint(tmp_path / "m.pt")
+    out = tmp_path / "r.tsv"
+    code = main(["certify", str(ck), "--certifier", "runner-up", *flags, "--n", "50",
+                 "--max", "1", "--device", "cpu", "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and match in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
