@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 
 import torch
 from torch import nn
@@ -43,24 +42,3 @@ def frozen(model: nn.Module):
 def copies(x: torch.Tensor, m: int) -> torch.Tensor:
     """``x`` (B, ...) repeated m times copy-major: row j·B + i is input i (``x.repeat``)."""
     return x.repeat((m,) + (1,) * (x.dim() - 1))
-
-
-_ARGMAX_ONLY = contextvars.ContextVar("smoothcert_argmax_only", default=False)
-
-
-@contextlib.contextmanager
-def argmax_only():
-    """Declare that the model calls inside read only each row's argmax and whether its output is
-    finite (the engine's vote counting). A model may then skip work that cannot change either —
-    an ensemble's exact consensus — while its plain calls (soft scores, gradients) stay the whole
-    function."""
-    token = _ARGMAX_ONLY.set(True)
-    try:
-        yield
-    finally:
-        _ARGMAX_ONLY.reset(token)
-
-
-def reading_argmax_only() -> bool:
-    """Whether the current model call is inside :func:`argmax_only`."""
-    return _ARGMAX_ONLY.get()

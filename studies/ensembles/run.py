@@ -18,18 +18,16 @@ README.md's blocks.
 - ``cost`` (not part of ``all``) writes OUT/records/cost_<σ>/<name>.tsv on every 200th test
   image (50), n0 = 100, n = 10,000: seed0, ensemble, ensemble_k2 (logits mode),
   ensemble_softmax and ensemble_exact (softmax mode, ``--consensus exact``), one after another
-  on one device, and each run's member evaluations per noisy input (the line the CLI prints)
-  into OUT/records/cost_<σ>/evaluations.json.
+  on one device; an ensemble's records count its member passes per example.
 - ``report`` fills README.md's blocks ``s025`` and ``s050`` with ``report --cost``, and
-  ``cost_s025``, ``cost_s050`` (where ``cost`` ran) with the same plus the member evaluations
-  per draw and whether ensemble_exact's rows equal ensemble_softmax's (all columns but time).
+  ``cost_s025``, ``cost_s050`` (where ``cost`` ran) with the same and whether ensemble_exact's
+  rows equal ensemble_softmax's (every column but the cost columns).
 - ``--quick``: one epoch on 300 images, 3 images at n = 200 (cost: 2), under
   runs/studies-quick/ensembles.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -103,38 +101,30 @@ def cost(args, work: Path, out: Path) -> None:
     for key, sigma in SIGMAS.items():
         folder = out / "records" / f"cost_{key}"
         folder.mkdir(parents=True, exist_ok=True)
-        evaluations = {}
         for name, (models, extra) in cost_runs(work, key).items():
-            printed = call([*SMOOTHCERT, "certify", *models, *extra, "--sigma", sigma, "--n0",
-                            "100", *size, "--alpha", "0.001", "--batch", args.batch, "--device",
-                            args.device, "--no-progress", *data_flags(args), "--out",
-                            str(folder / f"{name}.tsv")], capture=True)
-            print(printed, end="")
-            line = [t for t in printed.splitlines() if "per noisy input:" in t]
-            evaluations[name] = float(line[0].split(": ")[1].split()[0]) if line else 1.0
-        (folder / "evaluations.json").write_text(json.dumps(evaluations, indent=1) + "\n")
+            call([*SMOOTHCERT, "certify", *models, *extra, "--sigma", sigma, "--n0", "100",
+                  *size, "--alpha", "0.001", "--batch", args.batch, "--device", args.device,
+                  "--no-progress", *data_flags(args), "--out", str(folder / f"{name}.tsv")])
 
 
-def rows_without_time(path: Path) -> list[str]:
+def rows_without_cost(path: Path) -> list[str]:
     lines = path.read_text().splitlines()
-    drop = lines[0].split("\t").index("time")
-    return ["\t".join(c for i, c in enumerate(line.split("\t")) if i != drop) for line in lines]
+    header = lines[0].split("\t")
+    drop = {header.index("time"), header.index("member_passes")}
+    return ["\t".join(c for i, c in enumerate(line.split("\t")) if i not in drop)
+            for line in lines]
 
 
 def cost_table(out: Path, key: str) -> str:
-    """``report --cost`` of the cost step's files, with the member evaluations per draw."""
+    """``report --cost`` of the cost step's files (passes/img: an ensemble's member passes),
+    and whether the exact consensus changed any row."""
     folder = out / "records" / f"cost_{key}"
-    evaluations = json.loads((folder / "evaluations.json").read_text())
-    files = [str(folder / f"{name}.tsv") for name in evaluations]
-    lines = call([*SMOOTHCERT, "report", *files, "--radii", RADII[key], "--cost"],
-                 capture=True).splitlines()
-    lines[0] += " member evals/draw |"
-    lines[1] += " ---: |"
-    lines[2:] = [f"{line} {evaluations[line.split(' | ')[0][2:]]:.3f} |" for line in lines[2:]]
-    same = rows_without_time(folder / "ensemble_exact.tsv") == rows_without_time(
+    files = [str(folder / f"{name}.tsv") for name in cost_runs(Path(), key)]
+    table = call([*SMOOTHCERT, "report", *files, "--radii", RADII[key], "--cost"], capture=True)
+    same = rows_without_cost(folder / "ensemble_exact.tsv") == rows_without_cost(
         folder / "ensemble_softmax.tsv")
-    return "\n".join(lines) + ("\n\nensemble_exact's rows equal ensemble_softmax's (every "
-                               f"column but time): {'yes' if same else 'NO'}\n")
+    return table + ("\nensemble_exact's rows equal ensemble_softmax's (every column but time "
+                    f"and member_passes): {'yes' if same else 'NO'}\n")
 
 
 def report(out: Path) -> None:
@@ -144,7 +134,7 @@ def report(out: Path) -> None:
         table = call([*SMOOTHCERT, "report", *files, "--radii", RADII[key], "--cost"],
                      capture=True)
         splice_block(doc, key, table)
-        if (out / "records" / f"cost_{key}" / "evaluations.json").exists():
+        if (out / "records" / f"cost_{key}" / "ensemble_exact.tsv").exists():
             splice_block(doc, f"cost_{key}", cost_table(out, key))
     print(f"tables: {doc}")
 

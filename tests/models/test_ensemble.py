@@ -13,18 +13,19 @@ from conftest import Halfspace, write_checkpoint
 from smoothcert.cli.app import main
 from smoothcert.data.datasets import load_dataset
 from smoothcert.errors import SmoothcertError
+from smoothcert.model_calls import engine_call
 from smoothcert.models import build_model
 from smoothcert.models.checkpoint import save_checkpoint, versions
 from smoothcert.models.ensemble import Ensemble
 from smoothcert.runs import certify_dataset
 from smoothcert.runs.records import read_manifest
-from smoothcert.tensors import argmax_only
 
 RUN = dict(sigma=0.25, n0=20, n=300, alpha=0.001, batch=128, seed=4, skip=40)
 
 
 def without_time(rows):
-    return [{k: v for k, v in r.items() if k != "time"} for r in rows]
+    """The rows without the cost columns (time; member_passes, which only ensembles have)."""
+    return [{k: v for k, v in r.items() if k not in ("time", "member_passes")} for r in rows]
 
 
 def member(path, seed, dataset="digits", scale=1.0):
@@ -50,6 +51,8 @@ def test_one_checkpoint_twice_certifies_as_the_checkpoint_alone(tmp_path, mode):
     twice = certify_dataset(Ensemble.from_checkpoints([ck, ck], mode), data, **RUN,
                             out=tmp_path / "e.tsv")
     assert len(alone) == 9 and without_time(twice) == without_time(alone)
+    assert [r["member_passes"] for r in twice] == [2 * (20 + 300)] * 9  # two members, n0 + n
+    assert "member_passes" not in alone[0]
     identity = read_manifest(tmp_path / "e.tsv")["identity"]
     sha = identity["ensemble"]["members"][0]
     assert identity["ensemble"] == {"members": [sha, sha], "mode": mode, "consensus": None}
@@ -181,8 +184,9 @@ class Table(nn.Module):
 
 def test_exact_consensus_changes_no_vote_and_skips_members():
     """Random members, some confident (scaled logits), some not, including rows built on the
-    boundary S_c − S_j = M − k: the votes under argmax_only are the plain softmax ensemble's on
-    every row, members are skipped, and outside argmax_only the outputs are the whole mean."""
+    boundary S_c − S_j = M − k: the votes in an argmax_only engine call are the plain softmax
+    ensemble's on every row, members are skipped, and outside one the outputs are the whole
+    mean."""
     g = torch.Generator().manual_seed(0)
     rows, members = 4000, 5
     shared = torch.randn(1, rows, 7, generator=g)  # members that mostly agree, as trained ones
@@ -196,7 +200,7 @@ def test_exact_consensus_changes_no_vote_and_skips_members():
     plain, exact = Ensemble(tables, "softmax"), Ensemble(tables, "softmax", consensus="exact")
     with torch.no_grad():
         want = plain(x)
-        with argmax_only():
+        with engine_call(argmax_only=True):
             got = exact(x)
         assert torch.equal(got.argmax(1), want.argmax(1))
         assert got.argmax(1)[6] == 1 and got.argmax(1)[5] == 0
@@ -222,8 +226,11 @@ def test_exact_consensus_certifies_as_the_ensemble_with_its_identity(tmp_path):
         assert without_time(got) == without_time(want)
         assert (read_manifest(tmp_path / f"{certifier}_exact.tsv")["identity"]
                 == read_manifest(tmp_path / f"{certifier}_plain.tsv")["identity"])
+        draws = RUN["n"] + (RUN["n0"] if certifier == "certify" else 0)  # lbound: clean top
+        assert [r["member_passes"] for r in want] == [3 * draws] * len(want)  # soft scores too
         if certifier == "certify":  # the first two members are one model: the third is skipped
             assert exact.evaluations < 0.8 * plain.evaluations
+            assert sum(r["member_passes"] for r in got) == exact.evaluations
     out = tmp_path / "resumed.tsv"
     first = certify_dataset(Ensemble.from_checkpoints([a, a, b], "softmax", consensus="exact"),
                             data, **{**RUN, "max_count": 4}, out=out)

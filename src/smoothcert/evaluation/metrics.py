@@ -157,14 +157,25 @@ def _sigma_range(records: Records) -> tuple | None:
 
 # --------------------------------------------------------------------------- cost
 def forward_passes(records: Records) -> np.ndarray | None:
-    """Noisy forward passes per example that the rows count: n0 + n (the selection and the
-    estimation draws; a sequential file's n is the draws it used). Not counted: a data-dependent
-    file's σ-optimization steps, a deterministic file's clean pass. None without an ``n``
-    column (Cohen et al.'s files keep only the radius)."""
+    """Noisy forward passes of base classifiers per example. An ensemble's file counts its
+    members' passes: the ``member_passes`` column the run measured (votes and soft scores), or,
+    in a file written before that column, n0 + n times the members (None with a K-consensus,
+    whose skips were not recorded). Any other file: n0 + n (the selection and the estimation
+    draws; a sequential file's n is the draws it used). Not counted: a data-dependent file's
+    σ-optimization steps, a clean pass, a denoiser's passes. None without an ``n`` column
+    (Cohen et al.'s files keep only the radius)."""
+    if "member_passes" in records:
+        return np.asarray(records["member_passes"], dtype=np.float64)
     if "n" not in records:
         return None
     n = np.asarray(records["n"], dtype=np.float64)
-    return n + (np.asarray(records["n0"], dtype=np.float64) if "n0" in records else 0.0)
+    draws = n + (np.asarray(records["n0"], dtype=np.float64) if "n0" in records else 0.0)
+    ensemble = ((records.manifest or {}).get("identity") or {}).get("ensemble")
+    if not isinstance(ensemble, dict):
+        return draws
+    if ensemble.get("consensus") is not None:
+        return None
+    return draws * len(ensemble.get("members") or ())
 
 
 # --------------------------------------------------------------------------- two files compared

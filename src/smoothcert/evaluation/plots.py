@@ -268,7 +268,8 @@ def _clip_steps(radii: np.ndarray, acc: np.ndarray, max_radius: float):
 
 
 def plot_cost_frontier(records_list: Sequence[Records], path, radius: float) -> Path:
-    """Certified accuracy (in %) at ``radius`` against noisy forward passes per example (log
+    """Certified accuracy (in %) at ``radius`` against noisy forward passes per example
+    (:func:`~smoothcert.evaluation.metrics.forward_passes`: an ensemble's count its members'; log
     scale), one labelled point per file; the files no cheaper file matches or beats are joined
     by a line (the Pareto frontier of the run's choices). Every file needs a radius and an ``n``
     column (SmoothcertError otherwise). Written atomically, as :func:`plot_certified_accuracy`."""
@@ -283,8 +284,11 @@ def plot_cost_frontier(records_list: Sequence[Records], path, radius: float) -> 
     for r in records_list:
         passes = forward_passes(r)
         if passes is None or "radius" not in r:
+            lacks = "radius" if passes is not None else (
+                "member_passes (a K-consensus ensemble's file from before that column)"
+                if "n" in r else "n")
             raise SmoothcertError(f"--plot-cost needs radius and n columns; {r.path} lacks "
-                                  f"{'n' if passes is None else 'radius'}")
+                                  f"{lacks}")
         points.append((float(np.mean(passes)), 100 * float(certified_accuracy(r, [radius])[0]),
                        r.name))
     fig, ax = plt.subplots(figsize=(6.4, 4.4))

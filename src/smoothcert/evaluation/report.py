@@ -94,8 +94,9 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
 COST_COLUMNS = (("seconds_per_example", "s/img", "float3"),
                 ("passes_per_example", "passes/img", "int"), ("device", "device", "text"))
 """(key, header, style) of ``report(cost=True)``'s columns: the mean of the ``time`` column, the
-mean noisy forward passes (:func:`~smoothcert.evaluation.metrics.forward_passes`) and the
-device the manifest names (empty where a file lacks the column or the manifest)."""
+mean noisy forward passes of base classifiers
+(:func:`~smoothcert.evaluation.metrics.forward_passes`: an ensemble's count its members') and
+the device the manifest names (empty where a file lacks the column or the manifest)."""
 
 
 def cost_values(records) -> tuple:

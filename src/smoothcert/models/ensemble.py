@@ -26,11 +26,16 @@ any class against c by at most 1, so if S_c − S_j > M − k for every j ≠ c,
 argmax is c whatever the rest return, and the input stops there. (Logits are unbounded, so
 in logits mode no such bound exists and the option is refused.) It needs k > M/2, so it skips
 members only from three on: with M = 3, the third member runs only where the first two are not
-confident together. The skip happens only inside the engine's vote counting
-(:func:`~smoothcert.tensors.argmax_only`), where the argmax and finiteness of each row are all
-that is read; every other call (soft scores, gradients of attacks) gets the whole mean. So the
-votes, hence every certificate, are the ensemble's, and the identity is the plain ensemble's: a
-file can be resumed with or without it. The test carries a slack of 1e-4 for the float32 sums.
+confident together. The skip happens only inside the engine's vote counting (an
+``argmax_only`` call, :mod:`smoothcert.model_calls`), where the argmax and finiteness of each row
+are all that is read; every other call (soft scores, gradients of attacks) gets the whole mean.
+So the votes, hence every certificate, are the ensemble's, and the identity is the plain
+ensemble's: a file can be resumed with or without it. The test carries a slack of 1e-4 for the
+float32 sums.
+
+Cost. In every engine call the ensemble reports the members that ran on each row; a run's
+record gains the column ``member_passes`` (per example, the votes' and soft scores' member
+forward passes), which ``report --cost`` reads as the example's forward passes.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import torch
 from torch import nn
 
 from ..errors import SmoothcertError
-from ..tensors import reading_argmax_only
+from ..model_calls import current_call, whole_outputs
 
 MODES = ("logits", "softmax")
 SLACK = 1e-4  # exact consensus: margin beyond M − k that covers the float32 sums' rounding
@@ -76,7 +81,9 @@ class Ensemble(nn.Module):
         self.mode, self.consensus = mode, consensus
         self.member_sha256 = tuple(member_sha256) if member_sha256 is not None else None
         self.meta = dict(meta or {})
-        self.evaluations = self.inputs = 0
+        # counters as device tensors: no host synchronisation, and torch.compile traces them
+        self.register_buffer("_evaluations", torch.zeros((), dtype=torch.long), persistent=False)
+        self.register_buffer("_inputs", torch.zeros((), dtype=torch.long), persistent=False)
         classes = {getattr(m, "num_classes", None) for m in members} - {None}
         if len(classes) > 1:
             raise SmoothcertError(f"the members disagree on the number of classes: {classes}")
@@ -111,29 +118,51 @@ class Ensemble(nn.Module):
         consensus = None if self.consensus == "exact" else self.consensus  # votes unchanged
         return {"members": list(member_sha256), "mode": self.mode, "consensus": consensus}
 
+    @property
+    def evaluations(self) -> int:
+        """Member forward passes (rows) so far."""
+        return int(self._evaluations)
+
+    @property
+    def inputs(self) -> int:
+        """Rows the ensemble was called on so far."""
+        return int(self._inputs)
+
     def evaluations_per_input(self) -> float | None:
         """Member forward passes per input row so far (the number of members without a
         consensus); None before the first call."""
-        return self.evaluations / self.inputs if self.inputs else None
+        inputs = self.inputs
+        return self.evaluations / inputs if inputs else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.inputs += len(x)
-        if self.consensus == "exact" and reading_argmax_only():
-            return self._exact(x)
-        if self.consensus in (None, "exact"):
-            return self._mean([self._run(m, x) for m in self.members])
-        first = [self._run(m, x) for m in self.members[:self.consensus]]
+        call = current_call()  # the engine's: it may read only argmaxes, and takes the cost
+        passes = torch.zeros(len(x), dtype=torch.long, device=x.device)  # members run per row
+        with whole_outputs():  # members' outputs are averaged, never only argmaxed
+            if self.consensus == "exact" and call is not None and call.argmax_only:
+                out = self._exact(x, passes)
+            elif self.consensus in (None, "exact"):
+                out = self._mean([self._run(m, x, passes) for m in self.members])
+            else:
+                out = self._k_consensus(x, passes)
+        self._inputs += len(x)
+        self._evaluations += passes.sum()
+        if call is not None:
+            call.row_passes = passes
+        return out
+
+    def _k_consensus(self, x: torch.Tensor, passes: torch.Tensor) -> torch.Tensor:
+        first = [self._run(m, x, passes) for m in self.members[:self.consensus]]
         votes = torch.stack([out.argmax(dim=1) for out in first])
         agree = (votes == votes[0]).all(dim=0)
         out = self._mean(first)  # where the first K agree, its argmax is their class
         rest = ~agree
         if rest.any() and len(self.members) > self.consensus:
-            later = [self._run(m, x[rest]) for m in self.members[self.consensus:]]
+            later = [self._run(m, x[rest], passes, rest) for m in self.members[self.consensus:]]
             full = self._mean([o[rest] for o in first] + later)
             out = out.to(full.dtype).index_put((rest.nonzero().squeeze(1),), full)
         return out
 
-    def _exact(self, x: torch.Tensor) -> torch.Tensor:
+    def _exact(self, x: torch.Tensor, passes: torch.Tensor) -> torch.Tensor:
         """Outputs with the argmax (and finiteness) of the whole mean on every row, members run
         only on the rows whose vote the members still to run could change (module doc)."""
         live = torch.arange(len(x), device=x.device)  # rows still undecided
@@ -141,7 +170,7 @@ class Ensemble(nn.Module):
         total = None  # the sum of their softmaxes on the live rows
         out = None
         for k, member in enumerate(self.members, start=1):
-            outputs.append(self._run(member, x[live]))
+            outputs.append(self._run(member, x[live], passes, live))
             p = outputs[-1].float().softmax(dim=1)
             total = p if total is None else total + p
             if out is None:
@@ -160,8 +189,10 @@ class Ensemble(nn.Module):
                 break
         return out
 
-    def _run(self, member: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        self.evaluations += len(x)
+    def _run(self, member: nn.Module, x: torch.Tensor, passes: torch.Tensor,
+             rows: torch.Tensor | None = None) -> torch.Tensor:
+        """``member`` on ``x``, the rows ``rows`` of the call's input (None: all of them)."""
+        passes[rows if rows is not None else slice(None)] += 1
         return member(x)
 
     def _mean(self, outputs: list) -> torch.Tensor:

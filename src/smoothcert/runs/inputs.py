@@ -33,6 +33,7 @@ from ..io import file_sha256
 from ..models.checkpoint import checkpoint_file, checkpoint_role, model_from_checkpoint
 from ..models.ensemble import Ensemble, fingerprint_sha256
 from ..noise.base import NOISES
+from ..smoothing.engine import BatchedVotes
 from ..smoothing.smoothed import plain
 from ..tensors import model_device
 
@@ -446,3 +447,27 @@ __all__ = ["Examples", "ModelSource", "as_examples", "check_classifier", "check_
            "check_denoiser", "check_labels", "check_source", "checked_indices", "checked_shard",
            "default_workers", "denoiser_fields", "file_sha256", "load_source", "sigma_and_noise",
            "split_denoised", "state_dict_sha256", "with_denoiser"]
+
+
+def resolved_engine(given: dict) -> dict:
+    """The engine settings that differ from the defaults, checked by building an engine."""
+    defaults = BatchedVotes().settings()
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise SmoothcertError(f"unknown engine setting {', '.join(unknown)}; "
+                              f"valid: {', '.join(defaults)}")
+    settings = {key: _engine_typed(key, value, defaults[key]) for key, value in given.items()}
+    BatchedVotes(**settings)
+    return {key: value for key, value in settings.items() if value != defaults[key]}
+
+
+def _engine_typed(key: str, value, default):
+    """``value`` as the type of the engine setting's ``default`` (an int is accepted for a
+    float). The engine's settings are not a plug-in's options: they have no options dataclass."""
+    kind = type(default)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if default is not None and not isinstance(value, kind):
+        raise SmoothcertError(f"engine setting {key} must be of type {kind.__name__}, got "
+                              f"{value!r}")
+    return value

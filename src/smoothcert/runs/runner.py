@@ -38,7 +38,6 @@ import contextlib
 import dataclasses
 import platform
 import socket
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ from ..smoothing.engine import CHUNK, BatchedVotes
 from ..smoothing.smoothed import Smoothed, plain
 from ..tensors import eval_mode
 from ..upgrade import certifier_spelling
+from ..version import git_sha
 from .inputs import (
     Examples,
     ModelSource,
@@ -67,6 +67,7 @@ from .inputs import (
     checked_shard,
     denoiser_fields,
     load_source,
+    resolved_engine,
     sigma_and_noise,
     split_denoised,
     with_denoiser,
@@ -142,7 +143,7 @@ class RunConfig:
         if self.split not in ("train", "test"):
             raise SmoothcertError(f"split must be 'train' or 'test', got {self.split!r}")
         object.__setattr__(self, "options", self.build_certifier().options())
-        object.__setattr__(self, "engine", _resolved_engine(self.engine))
+        object.__setattr__(self, "engine", resolved_engine(self.engine))
         if self.indices is not None:
             object.__setattr__(self, "indices", checked_indices(self.indices))
         _check_denoiser(self)
@@ -195,30 +196,6 @@ def _check_denoiser(cfg: RunConfig) -> None:
             f"certifier {cfg.certifier!r} certifies each input at its own sigma, but a "
             f"diffusion denoiser denoises at the one timestep of sigma {cfg.sigma} "
             f"(t* = {cfg.timestep}); use a trained denoiser or another certifier")
-
-
-def _resolved_engine(given: dict) -> dict:
-    """The engine settings that differ from the defaults, checked by building an engine."""
-    defaults = BatchedVotes().settings()
-    unknown = sorted(set(given) - set(defaults))
-    if unknown:
-        raise SmoothcertError(f"unknown engine setting {', '.join(unknown)}; "
-                              f"valid: {', '.join(defaults)}")
-    settings = {key: _typed(key, value, defaults[key]) for key, value in given.items()}
-    BatchedVotes(**settings)
-    return {key: value for key, value in settings.items() if value != defaults[key]}
-
-
-def _typed(key: str, value, default):
-    """``value`` as the type of the engine setting's ``default`` (an int is accepted for a
-    float). The engine's settings are not a plug-in's options: they have no options dataclass."""
-    kind = type(default)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if default is not None and not isinstance(value, kind):
-        raise SmoothcertError(f"engine setting {key} must be of type {kind.__name__}, got "
-                              f"{value!r}")
-    return value
 
 
 def certify_dataset(
@@ -331,7 +308,7 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     writer, done = _open(path, cfg, source, shard, len(data), data_files(data.dataset))
     smoothed = Smoothed(source.model, noise, source.num_classes,
                         BatchedVotes(**cfg.engine, chunk=cfg.chunk))
-    previous = read_records(path) if path is not None else _no_records(certifier.columns)
+    previous = read_records(path) if path is not None else _no_records(record_columns(cfg))
     run = RunContext(cfg, smoothed, data, previous, source.device)
     certifier.start(run)
     todo = [i for i in mine if i not in done]
@@ -341,6 +318,8 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     stream = data.stream(todo, workers, num_classes=source.num_classes)
     with writer, bar, eval_mode(source.model):
         for row in _rows(certifier, run, stream):
+            if "member_passes" not in writer.columns:  # one model, or a file from before it
+                del row["member_passes"]
             writer.write(row)
             produced.append(row)
             bar.update()
@@ -365,7 +344,7 @@ def _open(path, cfg: RunConfig, source: ModelSource, shard, dataset_size: int,
     """The record writer and the indices already done; a writer that keeps nothing without a
     file. A run that extends the file's index list updates its manifest's ``indices``."""
     if path is None:
-        return _NoFile(), set()
+        return _NoFile(record_columns(cfg)), set()
     manifest = _manifest(cfg, source, shard, dataset_size)
     if files is not None:  # which data files were read (provenance: the data may move)
         manifest["provenance"]["data_files"] = files
@@ -373,7 +352,7 @@ def _open(path, cfg: RunConfig, source: ModelSource, shard, dataset_size: int,
     extends = old is not None and old.get("indices") != manifest["indices"]
     if extends and old.get("identity") == manifest["identity"]:  # else open_records refuses
         _check_extends(path, old, manifest)
-    writer, done = open_records(path, certifier_class(cfg.certifier).columns, manifest)
+    writer, done = open_records(path, record_columns(cfg, old), manifest)
     if extends:  # the lock is held: the manifest now names the extended index list
         write_json_atomic(manifest_path(path), {**old, "indices": manifest["indices"]})
     return writer, done
@@ -396,12 +375,26 @@ def _check_extends(path: Path, old: dict, new: dict) -> None:
             f"raise --max or drop it, not lower it: pass --max {had} or more, or another --out")
 
 
+def record_columns(cfg: RunConfig, old_manifest: dict | None = None) -> tuple:
+    """The certifier's columns; an ensemble's files add ``member_passes`` (its members' forward
+    passes per example), except a file written before the column, which resumes without it."""
+    columns = tuple(certifier_class(cfg.certifier).columns)
+    if cfg.ensemble is None or (
+            old_manifest is not None and "member_passes" not in old_manifest.get("columns", ())):
+        return columns
+    return (*columns, "member_passes")
+
+
 def _no_records(columns) -> Records:
     return Records("", tuple(columns), {c: np.array([]) for c in columns})
 
 
 class _NoFile(contextlib.nullcontext):
     """The writer of a run without a record file: rows are only returned."""
+
+    def __init__(self, columns: tuple):
+        super().__init__()
+        self.columns = columns
 
     def write(self, row: dict) -> None:
         pass
@@ -429,6 +422,7 @@ def _rows(certifier: Certifier, run: RunContext, stream):
     finished = {}
     for done in run.smoothed.run(programs(), cfg.batch):
         row = {**done.result, "time": done.seconds}
+        row["member_passes"] = done.passes or 0  # kept where the file has the column
         if not in_order:  # order-dependent: the file keeps the certification order
             yield row
             continue
@@ -482,18 +476,3 @@ def _manifest(cfg: RunConfig, source: ModelSource, shard, dataset_size: int) -> 
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         },
     }
-
-
-def git_sha() -> str | None:
-    """The commit of the smoothcert source tree, when it is a git checkout."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None

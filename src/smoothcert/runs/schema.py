@@ -50,6 +50,8 @@ RUN_COLUMNS: dict[str, Column] = {
     "label": Column("int", "a label is a class, an integer >= 0", low=0),
     "time": Column("time", "time is a finite number of seconds >= 0, or H:MM:SS", low=0.0),
     "seed": Column("int", "a seed is an integer >= 0", low=0),
+    # an ensemble's: its members' forward passes for the example (runner.record_columns)
+    "member_passes": Column("int", "member_passes is an integer >= 0", low=0),
 }
 
 OTHER_COLUMNS: dict[str, Column] = {

@@ -28,6 +28,10 @@ is added in float32), and a row whose logits do not vote (NaN, +inf: :func:`voti
 apart on device, so that an input with any such row is refused when its counts are read, with
 no host synchronisation of its own: argmax of NaN would otherwise vote for class 0.
 
+A model may say what each noisy input cost it (:mod:`smoothcert.model_calls`: an ensemble, the
+members that ran on it); those base-model forward passes are added up per program, for votes in
+the counts table with no synchronisation of their own (``Finished.passes``).
+
 The engine also gives soft scores, the mean softmax over the draws, for certificates of the soft
 smoothed classifier (the L-bound, ``lipschitz.py``).
 """
@@ -43,7 +47,7 @@ import torch
 from torch import nn
 
 from ..errors import SmoothcertError, check_count
-from ..tensors import argmax_only
+from ..model_calls import engine_call, meter, metered
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 CHUNK = 1024
@@ -71,16 +75,18 @@ class Draws:
 
 @dataclass(frozen=True)
 class Finished:
-    """A program's return value, with its share of the engine's wall time.
+    """A program's return value, with its share of the engine's wall time and its cost.
 
     ``seconds`` divides the time between host synchronisations among the programs in
     proportion to the noisy inputs each had in the forward passes, so the seconds of a run's
-    programs add up to its wall time.
+    programs add up to its wall time. ``passes``: the base-model forward passes its noisy
+    inputs took, where the model reports them (an ensemble's member evaluations), else None.
     """
 
     key: object
     result: object
     seconds: float
+    passes: int | None = None
 
 
 Program = Generator  # yields Draws, receives np.ndarray counts, returns a result
@@ -141,13 +147,18 @@ class BatchedVotes:
         model = self.prepare(model)
         sums = torch.zeros(num_classes, dtype=torch.float64, device=x.device)
         broken = torch.zeros((), dtype=torch.long, device=x.device)  # rows of non-finite logits
+        passes, costed = torch.zeros_like(broken), False  # what the model reports (module doc)
         with torch.inference_mode():
             for batch in self._noisy_batches(x, noise, num, batch_size, generator):
-                logits = self.forward(model, batch, batch.shape[0], num_classes)
+                with engine_call(argmax_only=False) as call:
+                    logits = self.forward(model, batch, batch.shape[0], num_classes)
+                if call.row_passes is not None:
+                    passes, costed = passes + call.row_passes.sum(), True
                 broken += (~voting(logits)).sum()
                 wide = torch.promote_types(logits.dtype, torch.float32)  # bf16/fp16 logits
                 sums += logits.to(wide).softmax(dim=1).sum(dim=0, dtype=torch.float64)
         self.check_finite(int(broken), num, None)  # one host synchronisation, at the end
+        meter(int(passes) if costed else None)
         return sums / num
 
     def check_finite(self, broken: int, rows: int, key) -> None:
@@ -237,6 +248,7 @@ class _Stream:
         self.undrawn = 0  # draws of the request not yet drawn (all segments)
         self.span_rows = 0  # rows forwarded since the last synchronisation
         self.seconds = 0.0
+        self.passes = 0  # base-model forward passes its rows took (where the model says)
 
     def next_chunk(self, chunk: int) -> tuple[int, int]:
         """(cell, size) of the next canonical chunk, advancing past empty segments."""
@@ -257,9 +269,11 @@ class _Scheduler:
         self.num_classes, self.batch_size = num_classes, batch_size
         self.active: list[_Stream] = []
         self.free_cells: list[int] = []
-        # (cells + 1, C + 1) counts; the last row is padding, the last column counts the rows
-        # whose logits were not finite (a vote for no class: refused when the request ends)
+        # (cells + 1, C + 2) counts; the last row is padding, column C counts the rows whose
+        # logits were not finite (a vote for no class: refused when the request ends), column
+        # C + 1 sums the rows' forward passes where the model reports them (``costed``)
         self.table: torch.Tensor | None = None
+        self.costed = False
         self.buffer = self.carry_buffer = None
         # drawn, not yet forwarded: the rest of a chunk larger than the room left in a batch
         self.carry: tuple[_Stream, int, torch.Tensor] | None = None
@@ -286,16 +300,22 @@ class _Scheduler:
     def _advance(self, answers) -> Iterator[Finished]:
         """Send each stream its counts (None to start it); start its next request or finish it."""
         for stream, counts in answers:
-            started = time.perf_counter()
-            try:
-                request = stream.program.send(counts)
-            except StopIteration as stop:
-                self._own_time(stream, started)
-                self.active.remove(stream)
-                yield Finished(stream.key, stop.value, stream.seconds)
-                continue
+            started, stop = time.perf_counter(), None
+            with metered() as own:  # soft scores, nested runs: the step's own passes
+                try:
+                    request = stream.program.send(counts)
+                except StopIteration as end:
+                    stop = end
             self._own_time(stream, started)
-            self._start(stream, request)
+            stream.passes += own[0]
+            self.costed = self.costed or own[1]
+            if stop is None:
+                self._start(stream, request)
+                continue
+            self.active.remove(stream)
+            passes = stream.passes if self.costed else None
+            meter(passes)  # a nested run's cost is its enclosing program step's
+            yield Finished(stream.key, stop.value, stream.seconds, passes)
         if any(s.undrawn == 0 and s.request is not None for s in self.active):
             yield from self._complete()  # requests of zero draws
 
@@ -315,13 +335,13 @@ class _Scheduler:
     def _allocate(self, x: torch.Tensor) -> None:
         self.buffer = self.engine._buffer(self.batch_size, x)
         self.carry_buffer = self.engine._buffer(self.engine.chunk, x)
-        self.table = torch.zeros((65, self.num_classes + 1), dtype=torch.long, device=x.device)
+        self.table = torch.zeros((65, self.num_classes + 2), dtype=torch.long, device=x.device)
         self.free_cells = list(range(64))
 
     def _cell(self) -> int:
         if not self.free_cells:  # grow the counts table, keeping the padding row last
             rows = self.table.shape[0] - 1
-            grown = torch.zeros((2 * rows + 1, self.num_classes + 1), dtype=torch.long,
+            grown = torch.zeros((2 * rows + 1, self.num_classes + 2), dtype=torch.long,
                                 device=self.table.device)
             grown[:rows] = self.table[:rows]
             self.table, self.free_cells = grown, list(range(rows, 2 * rows))
@@ -333,21 +353,33 @@ class _Scheduler:
         size = sum(rows for _, _, rows in pieces)
         padded = self.engine.compile  # a compiled model keeps one batch shape
         batch = self.buffer if padded else self.buffer[:size]
-        with argmax_only():  # only the votes are read: a model may skip what cannot change them
+        with engine_call(argmax_only=True) as call:  # a model may skip what changes no vote
             logits = self.engine.forward(self.model, batch, size, self.num_classes)
         # a row that does not vote (NaN, +inf) goes to the extra column C: checked without a
         # host synchronisation of its own, when its request's counts are read (``_complete``)
         labels = logits.argmax(dim=1).masked_fill_(~voting(logits), self.num_classes)
-        width = self.num_classes + 1
-        if len(pieces) == 1:
-            self.table[pieces[0][1]] += torch.bincount(labels, minlength=width)
-        else:
-            cells = torch.repeat_interleave(torch.tensor([c for _, c, _ in pieces]),
-                                            torch.tensor([r for _, _, r in pieces]))
-            flat = cells.to(labels.device, non_blocking=True) * width + labels
-            self.table.view(-1).index_add_(0, flat, torch.ones_like(flat))
+        passes = call.row_passes[:size] if call.row_passes is not None else None
+        self.costed = self.costed or passes is not None
+        self._count(pieces, labels, passes)
         for stream, _, rows in pieces:
             stream.span_rows += rows
+
+    def _count(self, pieces, labels: torch.Tensor, passes: torch.Tensor | None) -> None:
+        """Add each row's vote, and its passes where reported, to its piece's cell of the counts
+        table, on device."""
+        width = self.num_classes + 2  # the last column: passes
+        if len(pieces) == 1:
+            cell = pieces[0][1]
+            self.table[cell, :-1] += torch.bincount(labels, minlength=width - 1)
+            if passes is not None:
+                self.table[cell, -1] += passes.sum()
+            return
+        cells = torch.repeat_interleave(torch.tensor([c for _, c, _ in pieces]),
+                                        torch.tensor([r for _, _, r in pieces]))
+        cells = cells.to(labels.device, non_blocking=True) * width
+        self.table.view(-1).index_add_(0, cells + labels, torch.ones_like(labels))
+        if passes is not None:
+            self.table.view(-1).index_add_(0, cells + width - 1, passes)
 
     def _fill(self) -> list:
         """Draw noise into the batch buffer until it is full or no request has draws left."""
@@ -395,8 +427,9 @@ class _Scheduler:
         for stream in done:
             k = len(stream.cells)
             mine = counts[start:start + k]
-            self.engine.check_finite(int(mine[:, -1].sum()), int(mine.sum()), stream.key)
-            answers.append((stream, mine[:, :-1]))
+            self.engine.check_finite(int(mine[:, -2].sum()), int(mine[:, :-1].sum()), stream.key)
+            stream.passes += int(mine[:, -1].sum())
+            answers.append((stream, mine[:, :-2]))
             self.free_cells.extend(stream.cells)
             stream.request, stream.cells, start = None, [], start + k
         yield from self._advance(answers)
