@@ -508,3 +508,28 @@ def test_cost_flags_are_checked_before_anything_is_read(tmp_path, files, capsys)
     assert main(["report", str(files[0]), "--plot-cost", str(out)]) == 2  # Cohen's: no n column
     assert "--plot-cost needs radius and n columns" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_forward_passes_count_an_ensembles_member_passes():
+    """A file of one model: n0 + n; an ensemble's: its member_passes; an ensemble's from before
+    that column: n0 + n times the members, unknown (None) with a K-consensus."""
+    import numpy as np
+
+    from smoothcert.evaluation.metrics import forward_passes
+    from smoothcert.runs.records import Records
+
+    def records(manifest, **extra):
+        data = {"idx": np.arange(2), "n0": np.array([100, 100]), "n": np.array([900, 400]),
+                **extra}
+        return Records("r.tsv", tuple(data), data, manifest)
+
+    members = {"members": ["a", "b", "c"], "mode": "logits"}
+    one = records({"identity": {}})
+    old = records({"identity": {"ensemble": {**members, "consensus": None}}})
+    old_k = records({"identity": {"ensemble": {**members, "consensus": 2}}})
+    new = records({"identity": {"ensemble": {**members, "consensus": 2}}},
+                  member_passes=np.array([2500, 1100]))
+    assert list(forward_passes(one)) == [1000, 500]
+    assert list(forward_passes(old)) == [3000, 1500]
+    assert forward_passes(old_k) is None
+    assert list(forward_passes(new)) == [2500, 1100]

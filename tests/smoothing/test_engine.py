@@ -8,6 +8,7 @@ from torch import nn
 from conftest import Halfspace, write_checkpoint
 from smoothcert import Gaussian
 from smoothcert.errors import SmoothcertError
+from smoothcert.model_calls import current_call
 from smoothcert.runs import RunConfig, run_dataset
 from smoothcert.runs.records import read_manifest, read_records
 from smoothcert.smoothing.engine import BatchedVotes, Draws
@@ -169,3 +170,57 @@ def test_a_run_on_another_device_than_its_identity_is_refused(tmp_path):
     with pytest.raises(SmoothcertError, match="device_type is 'cuda' but the model is on 'cpu'"):
         run_dataset(cfg, ckpt, tmp_path / "c.tsv", progress=False)
     assert not (tmp_path / "c.tsv").exists()
+
+
+class Costly(Tangled):
+    """Reports, in engine calls, 1 + [first coordinate > 0.5] base-model passes per row (a
+    cost that depends on the noisy input, as an ensemble's consensus does)."""
+
+    def forward(self, x):
+        call = current_call()
+        if call is not None:
+            call.row_passes = 1 + (x.flatten(1)[:, 0] > 0.5).long()
+        return super().forward(x)
+
+
+def passes_of(smoothed, programs, batch):
+    return {d.key: d.passes for d in smoothed.run(programs, batch)}
+
+
+@pytest.mark.parametrize("batch", [1, 16, 1000])
+def test_reported_passes_add_up_per_program_whatever_the_packing(batch):
+    smoothed = Smoothed(Costly(), Gaussian(0.5), 4)
+    xs = inputs(5)
+
+    def programs():
+        return [(i, smoothed.certify_program(x, 7, 50, 0.001, torch.Generator().manual_seed(i)))
+                for i, x in enumerate(xs)]
+
+    got = passes_of(smoothed, programs(), batch)
+    for i, x in enumerate(xs):  # each program alone, its draws replayed by hand
+        g = torch.Generator().manual_seed(i)
+        noisy = torch.cat([Gaussian(0.5).perturb_(torch.empty(size, *x.shape), x, g)
+                           for size in (7, 50)])  # chunks of ≤ CHUNK draws: one call each
+        assert got[i] == int((1 + (noisy.flatten(1)[:, 0] > 0.5).long()).sum())
+    assert set(passes_of(Smoothed(Tangled(), Gaussian(0.5), 4), programs(), batch).values()) \
+        == {None}  # a model that reports nothing: no cost
+
+
+def test_soft_scores_and_nested_runs_are_metered_into_their_program():
+    class Flat(Tangled):
+        def forward(self, x):
+            call = current_call()
+            if call is not None:
+                call.row_passes = torch.full((len(x),), 3)
+            return super().forward(x)
+
+    smoothed = Smoothed(Flat(), Gaussian(0.5), 4)
+    x = inputs(1)[0]
+
+    def program():
+        smoothed.soft_scores(x, 40, 16, torch.Generator().manual_seed(0))  # 120 passes
+        smoothed.certify(x, 5, 20, 0.001, 8, torch.Generator().manual_seed(1))  # 75, nested
+        yield Draws(x, smoothed.noise, (10,), torch.Generator().manual_seed(2))  # 30
+        return None
+
+    assert passes_of(smoothed, [(0, program())], 8) == {0: 120 + 75 + 30}
