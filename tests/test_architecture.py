@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "smoothcert"
 
 # From the ground up, as in docs/ARCHITECTURE.md; a module's layer is that of its first path part.
 LAYERS = [
-    {"errors", "registry", "rng", "io", "tensors", "radii", "version", "upgrade"},
+    {"errors", "registry", "rng", "io", "tensors", "model_calls", "radii", "version", "upgrade"},
     {"stats", "noise", "data"},
     {"smoothing", "models", "denoisers"},
     {"certifiers", "methods"},
