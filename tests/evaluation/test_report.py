@@ -512,7 +512,7 @@ def test_cost_flags_are_checked_before_anything_is_read(tmp_path, files, capsys)
 
 def test_forward_passes_count_an_ensembles_member_passes():
     """A file of one model: n0 + n; an ensemble's: its member_passes; an ensemble's from before
-    that column: n0 + n times the members, unknown (None) with a K-consensus."""
+    that column: n0 + n times the members, unknown (None) with a K-consensus of K < M."""
     import numpy as np
 
     from smoothcert.evaluation.metrics import forward_passes
@@ -532,4 +532,6 @@ def test_forward_passes_count_an_ensembles_member_passes():
     assert list(forward_passes(one)) == [1000, 500]
     assert list(forward_passes(old)) == [3000, 1500]
     assert forward_passes(old_k) is None
+    all_k = records({"identity": {"ensemble": {**members, "consensus": 3}}})
+    assert list(forward_passes(all_k)) == [3000, 1500]  # K = M: nothing skipped
     assert list(forward_passes(new)) == [2500, 1100]

@@ -159,8 +159,8 @@ def _sigma_range(records: Records) -> tuple | None:
 def forward_passes(records: Records) -> np.ndarray | None:
     """Noisy forward passes of base classifiers per example. An ensemble's file counts its
     members' passes: the ``member_passes`` column the run measured (votes and soft scores), or,
-    in a file written before that column, n0 + n times the members (None with a K-consensus,
-    whose skips were not recorded). Any other file: n0 + n (the selection and the estimation
+    in a file written before that column, n0 + n times the members (None with a K-consensus of
+    K below the members, whose skips were not recorded). Any other file: n0 + n (the selection and the estimation
     draws; a sequential file's n is the draws it used). Not counted: a data-dependent file's
     σ-optimization steps, a clean pass, a denoiser's passes. None without an ``n`` column
     (Cohen et al.'s files keep only the radius)."""
@@ -173,9 +173,10 @@ def forward_passes(records: Records) -> np.ndarray | None:
     ensemble = ((records.manifest or {}).get("identity") or {}).get("ensemble")
     if not isinstance(ensemble, dict):
         return draws
-    if ensemble.get("consensus") is not None:
+    members = len(ensemble.get("members") or ())
+    if ensemble.get("consensus") not in (None, members):  # K = M skips nothing
         return None
-    return draws * len(ensemble.get("members") or ())
+    return draws * members
 
 
 # --------------------------------------------------------------------------- two files compared
