@@ -160,10 +160,10 @@ def forward_passes(records: Records) -> np.ndarray | None:
     """Noisy forward passes of base classifiers per example. An ensemble's file counts its
     members' passes: the ``member_passes`` column the run measured (votes and soft scores), or,
     in a file written before that column, n0 + n times the members (None with a K-consensus of
-    K below the members, whose skips were not recorded). Any other file: n0 + n (the selection and the estimation
-    draws; a sequential file's n is the draws it used). Not counted: a data-dependent file's
-    σ-optimization steps, a clean pass, a denoiser's passes. None without an ``n`` column
-    (Cohen et al.'s files keep only the radius)."""
+    K below the members, whose skips were not recorded). Any other file: n0 + n (the selection
+    and the estimation draws; a sequential file's n is the draws it used). Not counted: a
+    data-dependent file's σ-optimization steps, a clean pass, a denoiser's passes. None without
+    an ``n`` column (Cohen et al.'s files keep only the radius)."""
     if "member_passes" in records:
         return np.asarray(records["member_passes"], dtype=np.float64)
     if "n" not in records:
