@@ -1,25 +1,57 @@
 #!/usr/bin/env bash
-# The GPU suite as a session with a lent GPU runs it: CERTIFY seconds per image (n0 = 100,
-# n = 100,000, α = 0.001) of cifar_resnet110 and resnet50, reference vs engine per setting vs
-# forward ceiling, then the denoised rows: google/ddpm-cifar10-32's UNet (random weights) +
-# cifar_resnet110, fixed-n and sequential on the 2σ grid, fp32 and bf16+channels_last (see
-# docs/BENCHMARKS.md, "GPU suite"). About 4 minutes of an H100, compilation included
-# (measured 2026-11-25; compiled settings run at one batch only). Results land in
-# $OUT (default /tmp/gpu_suite): gpu_suite.md (the table), gpu_suite.json, gpu_suite.log
-# (stderr). Extra arguments go to gpu_suite.py, e.g. --peak-tflops 989 494.
-#     bash benchmarks/gpu_suite.sh
+# The GPU suite as a session with a lent GPU runs it (see docs/BENCHMARKS.md, "GPU suite"), in
+# two parts of a few minutes each, so that each fits one call of a lent machine:
+#   PART=main (the default): CERTIFY seconds per image (n0 = 100, n = 100,000, α = 0.001) of
+#     cifar_resnet110 and resnet50, reference vs engine per setting vs forward ceiling, at
+#     `default` (what `smoothcert certify` now runs with on CUDA, no flag given: channels-last
+#     and compile, float32) beside fp32, channels_last and bf16 with and without compile, at
+#     batches up to 4000; then the denoised rows: google/ddpm-cifar10-32's UNet (random
+#     weights) + cifar_resnet110, fixed-n and sequential on the 2σ grid, fp32 and
+#     bf16+channels_last. About 5 minutes of an H100 (estimated from the 4 measured 2026-11-25).
+#   PART=forward: the forward itself, for the goals ResNet-110 ≤ 0.6 s/image and ResNet-50
+#     ≤ 3 s/image: bf16+channels_last eager at batches 1000-8000 (a batch that does not fit is
+#     skipped), then compiled in torch.compile's modes default, reduce-overhead (CUDA graphs)
+#     and max-autotune at the eager setting's best batch. Not yet measured: max-autotune
+#     compiles for minutes; rows are written as they finish, so a cut run keeps what it measured.
+#   PART=dds: diffusion denoised smoothing like for like (benchmarks/dds_like_for_like.py):
+#     Carlini et al.'s CIFAR-10 setting (improved-diffusion's 52.5M UNet + ViT-B/16 at 224,
+#     random weights), their loop against the engine (fp32, bf16+channels_last) at their n0 =
+#     100, n = 100,000 and batch 200, one image; writes dds_like_for_like.*. About 5 minutes of
+#     an H100 (estimated from the FLOPs: 52 GFLOP per draw, not yet measured).
+# Results land in $OUT (default /tmp/gpu_suite): gpu_suite.md (the table), gpu_suite.json,
+# gpu_suite.log (stderr); PART=forward writes gpu_suite_forward.*. Extra arguments go to
+# gpu_suite.py, e.g. --peak-tflops 989 494.
+#     bash benchmarks/gpu_suite.sh && PART=forward bash benchmarks/gpu_suite.sh
+#     PART=dds bash benchmarks/gpu_suite.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu_suite}
 mkdir -p "$out"
 python=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-"$python" benchmarks/gpu_suite.py --device cuda \
-    --models cifar_resnet110 resnet50 ddpm_cifar10+cifar_resnet110 \
+case "${PART:-main}" in
+main)
+    name=gpu_suite
+    part=(--models cifar_resnet110 resnet50 ddpm_cifar10+cifar_resnet110
+          --batches 256 512 1000 2000 4000
+          --settings fp32 channels_last default bf16+channels_last bf16+channels_last+compile
+          --denoised-settings fp32 bf16+channels_last --denoised-batches 500 1000
+          --denoised-sweep-n 2000 --denoised-reference-n 1000 --denoised-images 1
+          --sequential-images 10 --sequential-tests union targeted) ;;
+forward)
+    name=gpu_suite_forward
+    part=(--models cifar_resnet110 resnet50 --batches 1000 2000 4000 8000
+          --settings bf16+channels_last bf16+channels_last+compile
+          bf16+channels_last+compile_cudagraphs bf16+channels_last+compile_autotune) ;;
+dds)
+    "$python" benchmarks/dds_like_for_like.py --device cuda --n 100000 --n0 100 --batch 200 \
+        --images 1 --rounds 1 --settings fp32 bf16+channels_last \
+        --json "$out/dds_like_for_like.json" "$@" 2> >(tee "$out/dds_like_for_like.log" >&2) \
+        | tee "$out/dds_like_for_like.md"
+    exit 0 ;;
+*)
+    echo "PART must be main or forward (or dds), got ${PART}" >&2; exit 2 ;;
+esac
+"$python" benchmarks/gpu_suite.py --device cuda "${part[@]}" \
     --n 100000 --n0 100 --images 1 --rounds 1 --sweep-n 10000 --reference-n 10000 \
-    --batches 256 512 1000 2000 \
-    --settings fp32 channels_last bf16 bf16+channels_last compile bf16+channels_last+compile \
-    --denoised-settings fp32 bf16+channels_last --denoised-batches 500 1000 \
-    --denoised-sweep-n 2000 --denoised-reference-n 1000 --denoised-images 1 \
-    --sequential-images 10 --sequential-tests union targeted \
-    --json "$out/gpu_suite.json" "$@" 2> >(tee "$out/gpu_suite.log" >&2) | tee "$out/gpu_suite.md"
+    --json "$out/$name.json" "$@" 2> >(tee "$out/$name.log" >&2) | tee "$out/$name.md"

@@ -1,7 +1,7 @@
 """The shape of docs/ARCHITECTURE.md, checked: the folders are layers (each imports only its own
 layer and the layers below it), no import circle between modules (function-level imports
-included), at most 10 modules at the top of the package, none over 500 lines, and the plug-in
-folders hold what they should."""
+included), at most 10 modules at the top of the package, none over 500 lines, no function over
+50 lines (from its ``def`` to its last line), and the plug-in folders hold what they should."""
 
 import ast
 from collections import defaultdict
@@ -152,3 +152,37 @@ def test_statistics_are_torch_free():
                  for alias in (node.names if isinstance(node, ast.Import) else
                                [ast.alias(node.module or "")])}
         assert "torch" not in names, path.name
+
+
+MAX_FUNCTION_LINES = 50
+
+
+def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``name (N lines, line L)`` for each function or method of ``path`` longer than ``limit``
+    lines. A function's lines run from its ``def`` line to its last line, inclusive: the
+    docstring, comments and blank lines inside it count, its decorators do not, and a function
+    nested in another counts in both."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [f"{node.name} ({node.end_lineno - node.lineno + 1} lines, line {node.lineno})"
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_long_functions_counts_from_def_to_the_last_line(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(48))
+    short = tmp_path / "short.py"  # def + docstring + 48 statements: 50 lines, the limit
+    short.write_text(f"@staticmethod\ndef f():\n    '''doc'''\n{body}\n")
+    assert long_functions(short) == []
+    long = tmp_path / "long.py"  # one more line, a comment: 51
+    long.write_text("class A:\n    def g(self):\n        '''doc'''\n        # why\n"
+                    + body.replace("    ", "        ") + "\n")
+    assert long_functions(long) == ["g (51 lines, line 2)"]
+
+
+def test_no_function_is_too_long():
+    """No function or method in src/smoothcert over MAX_FUNCTION_LINES lines
+    (:func:`long_functions`)."""
+    found = [f"{path.relative_to(PACKAGE)}: {name}" for path in modules()
+             for name in long_functions(path)]
+    assert not found, f"functions over {MAX_FUNCTION_LINES} lines: " + "; ".join(found)

@@ -96,8 +96,8 @@ def test_settings_peaks_and_goals(suite, monkeypatch):
 
 def test_time_goals_apply_to_their_workload_only(suite):
     full, short = (suite.argparse.Namespace(n0=100, n=n) for n in (100_000, 2000))
-    assert suite.time_goal("cifar_resnet110", full) == 1.0
-    assert suite.time_goal("resnet50", full) == 5.0
+    assert suite.time_goal("cifar_resnet110", full) == 0.6  # issue 36's goals
+    assert suite.time_goal("resnet50", full) == 3.0
     assert suite.time_goal("resnet50", short) is None and suite.time_goal("lenet", full) is None
     result = {"setting": "bf16", "batches": [1000, 2000], "best_batch": 2000,
               "seconds_per_image": {"reference": 20.0, "engine": 2.0, "ceiling": 1.9},
@@ -111,8 +111,113 @@ def test_time_goals_apply_to_their_workload_only(suite):
     assert "| resnet50 | bf16 | 2000 of 1000/2000 |" in row
     assert "40.4% of 989 bf16" in row and "s/img ≤ 5: met (0.40×)" in row
     line = suite.summary("resnet50", [result], full)
-    assert "best setting bf16 at batch 2000" in line and "on an H100: met (0.40×)" in line
+    assert "best setting bf16 at batch 2000" in line
+    assert "≤ 3 s/image on an H100: met (0.66×)" in line
     assert "every setting: met" in line
+
+
+def test_new_settings_the_cli_default_and_compile_modes(suite, monkeypatch):
+    """``default`` is what the CLI runs with on the device for a long run of one classifier;
+    the compile modes compile the engine's prepared (channels-last) model in their mode, once,
+    at the best batch of their eager twin."""
+    from smoothcert.cli import dataset_run
+
+    monkeypatch.setattr(dataset_run, "compiler_available", lambda: True)
+    assert suite.setting_kwargs("default") == {"channels_last": True, "compile": True}
+    assert suite.setting_kwargs("default", "cpu") == {}  # the CPU default is float32 eager
+    assert suite.setting_kwargs("bf16+channels_last+compile_autotune") == {
+        "precision": "bf16", "channels_last": True, "compile": True,
+        "compile_mode": "max-autotune"}
+    assert suite.setting_kwargs("compile_cudagraphs")["compile_mode"] == "reduce-overhead"
+    with pytest.raises(SystemExit):
+        suite.parse_args(["--settings", "compile_turbo"])
+    done = [{"engine_settings": {"precision": "bf16", "channels_last": True}, "best_batch": 4000},
+            {"engine_settings": {"channels_last": True}, "best_batch": 2000}]
+    args = suite.parse_args(["--batches", "1000", "2000", "4000"])
+    assert suite.batches_for("bf16+channels_last+compile_cudagraphs", done, args) == [4000]
+    assert suite.batches_for("default", done, args) == [2000]
+    assert suite.ordered(["default", "fp32", "bf16+channels_last+compile_autotune", "bf16"]) \
+        == ["fp32", "bf16", "default", "bf16+channels_last+compile_autotune"]
+
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: compiled.append(kw) or m)
+    votes = suite.votes_for(suite.setting_kwargs("channels_last+compile_cudagraphs"))
+    model = torch.nn.Conv2d(3, 4, 3)
+    runnable = votes.prepare(model)
+    assert votes.prepare(model) is runnable and compiled == [
+        {"dynamic": False, "mode": "reduce-overhead"}]  # compiled once
+    assert model.weight.is_contiguous(memory_format=torch.channels_last)
+    assert votes.compile  # the engine pads batches to the one compiled shape
+
+
+def test_a_batch_out_of_memory_is_skipped(suite, monkeypatch, tmp_path, capsys):
+    ceiling = suite.ct.ceiling
+
+    def small_device(model, xs, args, votes=None):
+        if args.batch > 50:
+            raise torch.OutOfMemoryError("CUDA out of memory (a test)")
+        return ceiling(model, xs, args, votes)
+
+    monkeypatch.setattr(suite.ct, "ceiling", small_device)
+    suite.main(["--device", "cpu", "--models", "lenet", "--n", "90", "--n0", "10",
+                "--batches", "50", "100", "--rounds", "1", "--sweep-n", "40",
+                "--reference-n", "40", "--settings", "fp32", "--json",
+                str(tmp_path / "s.json")])
+    out = capsys.readouterr()
+    assert "batch 100: out of memory, skipped" in out.err
+    (line,) = [r for r in out.out.splitlines() if r.startswith("| lenet |")]
+    assert "| 50 of 50/100 (out of memory: 100) |" in line
+    (setting,) = json.loads((tmp_path / "s.json").read_text())["models"][0]["settings"]
+    assert setting["best_batch"] == 50
+    assert setting["sweep"][1] == {"batch": 100, "out_of_memory": True}
+
+
+def test_a_failing_compile_mode_is_recorded_and_the_suite_goes_on(suite, monkeypatch, tmp_path,
+                                                                  capsys):
+    def no_backend(model, **kwargs):
+        raise RuntimeError("no CUDA graphs here\nsecond line")
+
+    monkeypatch.setattr(torch, "compile", no_backend)
+    suite.main(["--device", "cpu", "--models", "lenet", "--n", "90", "--n0", "10",
+                "--batches", "50", "--rounds", "1", "--sweep-n", "40", "--reference-n", "40",
+                "--settings", "fp32", "compile_cudagraphs", "--json", str(tmp_path / "s.json")])
+    out = capsys.readouterr()
+    assert "lenet compile_cudagraphs: failed: RuntimeError: no CUDA graphs here\n" in out.err
+    (model,) = json.loads((tmp_path / "s.json").read_text())["models"]
+    assert [s["setting"] for s in model["settings"]] == ["fp32"]
+    assert model["failed"] == [{"setting": "compile_cudagraphs",
+                                "error": "RuntimeError: no CUDA graphs here"}]
+
+
+@pytest.mark.parametrize("part", ["main", "forward"])
+def test_the_shell_script_runs_valid_settings(suite, part, tmp_path):
+    """gpu_suite.sh, with a stand-in for Python that records its arguments: each part passes
+    arguments the suite accepts; the main part measures the CLI's default, the forward part
+    CUDA graphs and max-autotune at larger batches."""
+    stub = tmp_path / "python"
+    stub.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
+    stub.chmod(0o755)
+    proc = subprocess.run(["bash", str(BENCHMARKS / "gpu_suite.sh")], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHON": str(stub),
+                                                      "OUT": str(tmp_path), "PART": part})
+    assert proc.returncode == 0, proc.stderr
+    name = "gpu_suite" if part == "main" else "gpu_suite_forward"
+    argv = (tmp_path / f"{name}.md").read_text().splitlines()
+    assert argv[0] == "benchmarks/gpu_suite.py"
+    args = suite.parse_args(argv[1:])
+    assert args.device == "cuda" and args.json == str(tmp_path / f"{name}.json")
+    assert (args.n0, args.n) == suite.GOAL_WORKLOAD
+    if part == "main":
+        assert "default" in args.settings and "fp32" in args.settings
+        assert "ddpm_cifar10+cifar_resnet110" in args.models
+    else:
+        assert {"bf16+channels_last+compile_cudagraphs", "bf16+channels_last+compile_autotune",
+                "bf16+channels_last"} <= set(args.settings)
+        assert max(args.batches) >= 8000 and args.models == ["cifar_resnet110", "resnet50"]
+    bad = subprocess.run(["bash", str(BENCHMARKS / "gpu_suite.sh")], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PYTHON": str(stub),
+                                                     "OUT": str(tmp_path), "PART": "nope"})
+    assert bad.returncode == 2 and "PART must be main or forward" in bad.stderr
 
 
 @pytest.fixture(scope="module")

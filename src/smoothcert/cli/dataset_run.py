@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from ..errors import SmoothcertError
 from .common import (
@@ -80,16 +81,140 @@ def dataset_run_args(p) -> None:
 
 
 def _engine_args(p) -> None:
-    """The engine's optional accelerations; each changes the computed function, so each is
-    recorded in the run's identity."""
+    """The engine's optional accelerations. Each is recorded in the run's identity, as the
+    function it computes may differ (bf16), or may round differently (channels-last, compile);
+    the defaults of the last two depend on the device, and a record file keeps its own
+    (:func:`engine_settings`)."""
     from ..smoothing.engine import PRECISIONS
 
     p.add_argument("--precision", default="fp32", choices=tuple(PRECISIONS),
                    help="run the model under bf16/fp16 autocast (noise stays float32; the "
                         "certificate is then for the reduced-precision classifier)")
-    p.add_argument("--channels-last", action="store_true",
-                   help="channels-last memory format for the model and its inputs")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction,
+                   help="channels-last memory format for the model and its inputs (default: "
+                        "on with CUDA, off on the CPU; a record file being resumed keeps its "
+                        "own)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction,
+                   help="torch.compile the model (default: on with CUDA for a run of one "
+                        f"classifier of at least {LONG_RUN_DRAWS:,} draws, examples × "
+                        "(n0 + n), where the compilation pays; off on the CPU, for ensembles "
+                        "and denoisers; a record file being resumed keeps its own)")
+
+
+# --------------------------------------------------------------------------- engine defaults
+LONG_RUN_DRAWS = 2 * 10**7
+"""From this many draws (examples × (n0 + n), every shard together) a run is long: on CUDA it is
+compiled by default, and told about ``--precision bf16``. Why 2·10⁷ (docs/BENCHMARKS.md, GPU
+suite, H100): torch.compile costs tens of seconds once per process (the suite's compiled call,
+four compilations and their timed runs, took 91 s), and saves 5 µs a draw or more (ResNet-110
+bf16+channels-last 1.421 → 0.912 s per 100,100 draws; fp32 2.653 → 1.357 s, 13 µs; ResNet-50
+30 µs and more). At 30 s of compilation it pays from 6·10⁶ draws; 2·10⁷ (200 images at
+n = 100,000; Cohen et al.'s 500-image runs are 5·10⁷) leaves a factor 3 of margin."""
+SETTINGS = ("precision", "channels_last", "compile")
+OFF = {"precision": "fp32", "channels_last": False, "compile": False}  # the engine's defaults
+
+
+def compiler_available() -> bool:
+    """Whether torch.compile can build kernels for CUDA here (Triton and a GPU it supports)."""
+    try:
+        from torch.utils._triton import has_triton
+    except ImportError:  # pragma: no cover - an old torch
+        return False
+    return has_triton()
+
+
+def device_defaults(device_type: str, draws: int, one_classifier: bool) -> dict:
+    """The engine's settings where no flag and no record file says otherwise: channels-last on
+    CUDA (faster for convolutions; the same function up to float rounding), torch.compile on
+    CUDA for a long run (:data:`LONG_RUN_DRAWS`) of one classifier (ensembles branch per input
+    and denoisers were not measured compiled); float32 always, as bf16 certifies another
+    function. The CPU runs as the library does by default."""
+    cuda = device_type == "cuda"
+    long_run = draws >= LONG_RUN_DRAWS and one_classifier
+    return {"precision": "fp32", "channels_last": cuda,
+            "compile": cuda and long_run and compiler_available()}
+
+
+def made_with(out, shard: tuple[int, int]) -> tuple[object, dict] | None:
+    """(file, its engine settings) of the run's record file on disk, else of a sibling shard's
+    (so that shards merge), or None; a file without a readable manifest is left to the runner,
+    which refuses it."""
+    from ..runs.records import read_manifest, shard_path
+
+    index, count = shard
+    for k in [index] + [k for k in range(count) if k != index]:
+        path = shard_path(out, k, count)
+        try:
+            identity = (read_manifest(path) or {}).get("identity") if path.exists() else None
+        except SmoothcertError:
+            identity = None
+        if isinstance(identity, dict) and isinstance(identity.get("engine"), dict):
+            return path, {**OFF, **identity["engine"]}
+    return None
+
+
+def engine_settings(args, device_type: str, draws: int, shard: tuple[int, int]) -> dict:
+    """The engine's settings: each flag given; for each left out, those of the run's record
+    file (or a sibling shard's) when there is one, so that it resumes as it was made, else
+    :func:`device_defaults`. A flag that contradicts the file is one SmoothcertError line
+    naming the flags that resume it. Prints a line on what the CUDA defaults chose, and a hint
+    about ``--precision bf16`` for a new long CUDA run."""
+    from ..runs.records import shard_path
+
+    given = {"precision": args.precision, "channels_last": args.channels_last,
+             "compile": args.compile}
+    found = made_with(args.out, shard)
+    if found is not None:
+        _check_made_with(*found, given, own=found[0] == shard_path(args.out, *shard))
+        return {key: found[1][key] if value is None else value for key, value in given.items()}
+    one = len(args.checkpoint) == 1 and args.denoiser is None and args.ensemble_mode is None \
+        and args.consensus is None
+    defaults = device_defaults(device_type, draws, one)
+    engine = {key: defaults[key] if value is None else value for key, value in given.items()}
+    if device_type == "cuda" and is_main_rank():
+        _cuda_notes(engine, given, draws)
+    return engine
+
+
+def _check_made_with(path, made: dict, given: dict, own: bool) -> None:
+    """Refuse flags that contradict the settings ``made`` of the run's file ``path`` (``own``:
+    this shard's, else a sibling shard's, which this one must match to merge with it)."""
+    if all(value is None or value == made[key] for key, value in given.items()):
+        return
+    said = ", ".join(f"{key.replace('_', '-')} {_on(made[key])}" for key in SETTINGS)
+    flags = " ".join([f"--precision {made['precision']}"] + [
+        f"--{'' if made[key] else 'no-'}{key.replace('_', '-')}" for key in SETTINGS[1:]])
+    goal = "resume it" if own else "run a shard that merges with it"
+    raise SmoothcertError(f"{path} was made with {said}; rerun with {flags} to {goal}, or "
+                          "choose another --out")
+
+
+def _on(value) -> str:
+    return value if isinstance(value, str) else "on" if value else "off"
+
+
+def _cuda_notes(engine: dict, given: dict, draws: int) -> None:
+    """One line on what the CUDA defaults chose (and how to opt out); one on bf16 for a long
+    fp32 run."""
+    chosen = [key for key in SETTINGS[1:] if given[key] is None]
+    if chosen:
+        said = ", ".join(f"{key.replace('_', '-')} {_on(engine[key])}" for key in chosen)
+        flags = ", ".join(f"--{'no-' if engine[key] else ''}{key.replace('_', '-')}"
+                          for key in chosen)
+        print(f"note: CUDA defaults for a run of {draws:,} draws: {said} ({flags} to "
+              "change)", file=sys.stderr)
+    if engine["precision"] == "fp32" and draws >= LONG_RUN_DRAWS:
+        print("hint: --precision bf16 ran 1.3-1.7x faster on an H100 (docs/BENCHMARKS.md); it "
+              "certifies the bf16 classifier, another function than this float32 one, so it "
+              "is never a default", file=sys.stderr)
+
+
+def run_draws(args, dataset_size: int) -> int:
+    """Draws of the whole run, every shard together: examples × (n0 + n)."""
+    examples = -(-dataset_size // args.skip)  # every skip-th index
+    if args.max_count is not None:
+        examples = min(examples, args.max_count)
+    return examples * (args.n + (getattr(args, "n0", None) or 0))
 
 
 # --------------------------------------------------------------------------- the shard
@@ -129,6 +254,7 @@ def run_certifier(certifier: str, args, options: dict) -> None:
     device = rank_device(resolve_device(args.device))  # one GPU per torchrun rank
     model = _model(args, device)  # an ensemble's members checked before the dataset loads
     dataset, shard = _run_dataset(args, metas[0]), _shard(args)
+    engine = engine_settings(args, device.type, run_draws(args, len(dataset)), shard)
     certify_dataset(
         model,
         dataset,
@@ -147,8 +273,7 @@ def run_certifier(certifier: str, args, options: dict) -> None:
         shard=shard,
         device=device,
         workers=args.workers,
-        engine={"precision": args.precision, "channels_last": args.channels_last,
-                "compile": args.compile},
+        engine=engine,
         progress=progress_mode(args) if is_main_rank() else False,
         denoiser=args.denoiser,
     )

@@ -141,13 +141,21 @@ def optimize_sigma(
         sigma = _initial_sigma(sigma0, x)
         x_rep = x.repeat_interleave(num_samples, dim=0)  # rows i·n … i·n+n−1 are input i's
         for _ in range(num_steps):
-            sigma.requires_grad_(True)
-            eps = unit.sample(x_rep, generator)  # fresh draws each step
-            psi = _soft_scores(model, x_rep, sigma, eps, num_samples)
-            radius = _soft_radius(psi, sigma, unit, clamp)
-            (grad,) = torch.autograd.grad(radius.sum(), sigma)
-            sigma = (sigma.detach() + step_size * grad).clamp_min(min_sigma)
+            sigma = _ascent_step(model, x_rep, sigma, unit, generator, num_samples=num_samples,
+                                 step_size=step_size, clamp=clamp, min_sigma=min_sigma)
     return sigma.detach()
+
+
+def _ascent_step(model, x_rep, sigma, unit, generator, *, num_samples, step_size, clamp,
+                 min_sigma) -> torch.Tensor:
+    """One step of Algorithm 1: fresh unit draws ε, ψ = mean softmax f(x + σ·ε), and
+    σ ← max(σ + α_σ·∂R/∂σ, ``min_sigma``); σ (B,) detached. Needs grad mode on."""
+    sigma = sigma.detach().requires_grad_(True)
+    eps = unit.sample(x_rep, generator)  # fresh draws each step
+    psi = _soft_scores(model, x_rep, sigma, eps, num_samples)
+    radius = _soft_radius(psi, sigma, unit, clamp)
+    (grad,) = torch.autograd.grad(radius.sum(), sigma)
+    return (sigma.detach() + step_size * grad).clamp_min(min_sigma)
 
 
 @torch.no_grad()
