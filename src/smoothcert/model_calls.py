@@ -9,8 +9,10 @@ base-model forward passes (an ensemble: the members that ran on it), which the e
 per input. A model that combines other models' outputs runs them under :func:`whole_outputs`.
 
 The passes of one input's program reach its record through :func:`metered` and :func:`meter`:
-the scheduler meters each step of a program, and a step that computes soft scores or runs a
-nested scheduler meters what it forwarded.
+the scheduler meters each step of a program, and a step that computes soft scores, runs a
+nested scheduler or forwards the clean input (``certifiers.deterministic.clean_scores``: the
+clean prediction of ``deterministic``, ``lbound`` and ``lbound-heuristic``) meters what it
+forwarded, so an ensemble's record counts every member pass its example took.
 """
 
 from __future__ import annotations

@@ -226,8 +226,8 @@ def test_exact_consensus_certifies_as_the_ensemble_with_its_identity(tmp_path):
         assert without_time(got) == without_time(want)
         assert (read_manifest(tmp_path / f"{certifier}_exact.tsv")["identity"]
                 == read_manifest(tmp_path / f"{certifier}_plain.tsv")["identity"])
-        draws = RUN["n"] + (RUN["n0"] if certifier == "certify" else 0)  # lbound: clean top
-        assert [r["member_passes"] for r in want] == [3 * draws] * len(want)  # soft scores too
+        passes = RUN["n"] + (RUN["n0"] if certifier == "certify" else 1)  # lbound: clean top
+        assert [r["member_passes"] for r in want] == [3 * passes] * len(want)  # soft scores too
         if certifier == "certify":  # the first two members are one model: the third is skipped
             assert exact.evaluations < 0.8 * plain.evaluations
             assert sum(r["member_passes"] for r in got) == exact.evaluations

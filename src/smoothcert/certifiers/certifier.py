@@ -85,6 +85,12 @@ class Certifier(Configurable, abc.ABC):
         depends on the others', e.g. the data-dependent memory)."""
         return True
 
+    def clean_passes(self) -> int:
+        """Forward passes of the model on the clean input, per example, beyond its n0 + n noisy
+        draws (a clean prediction: 1); what ``report --cost`` adds for a model that does not
+        meter its passes (an ensemble's ``member_passes`` meter them all)."""
+        return 0
+
     def check(self, config) -> None:
         """Refuse a run configuration (a ``RunConfig``) this certifier cannot serve, before any
         file is written: raise :class:`~smoothcert.errors.SmoothcertError`."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import SmoothcertError, check_count, check_probability
+from ..model_calls import engine_call, meter
 from ..smoothing.smoothed import Certificate, Smoothed
 from ..stats import clopper_pearson_lower
 from ..tensors import eval_mode
@@ -20,9 +21,14 @@ from .certifier import CERTIFY_COLUMNS, Certifier, certificate_row, register_cer
 
 
 def clean_scores(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """softmax f(x) (C,) float64 of the model on one clean input x (C, H, W), in eval mode."""
-    with eval_mode(model), torch.inference_mode():
+    """softmax f(x) (C,) float64 of the model on one clean input x (C, H, W), in eval mode.
+
+    The forward is an engine call (:mod:`smoothcert.model_calls`), so the base-model passes a
+    model reports for it (an ensemble's members) count in the program's cost, as its noisy
+    draws' do."""
+    with eval_mode(model), torch.inference_mode(), engine_call(argmax_only=False) as call:
         logits = model(x.unsqueeze(0))
+    meter(None if call.row_passes is None else int(call.row_passes.sum()))
     if logits.dim() != 2 or logits.shape[0] != 1:
         raise SmoothcertError(f"the model returned shape {tuple(logits.shape)}; expected (1, C)")
     return logits[0].double().softmax(dim=0)
@@ -78,6 +84,9 @@ class Deterministic(Certifier):
     :func:`certify_deterministic` on every input (no selection draws)."""
 
     columns = CERTIFY_COLUMNS
+
+    def clean_passes(self) -> int:
+        return 1  # the clean prediction ĉ
 
     def program(self, run, x, label, idx, generator):
         cfg = run.config

@@ -194,6 +194,9 @@ class LBound(Certifier):
                     f"lbound options: bound is one of {', '.join(BOUNDS)} and select one of "
                     f"{', '.join(SELECTIONS)}; got bound={self.bound}, select={self.select}")
 
+    def clean_passes(self) -> int:
+        return 1 if self.select == "clean" else 0  # the class from the clean input
+
     def program(self, run, x, label, idx, generator):
         cfg = run.config
         n0 = cfg.n0 if self.select == "draws" else 0
@@ -213,6 +216,9 @@ class LBoundHeuristic(Certifier):
     columns = HEURISTIC_COLUMNS
     column_rules = LBOUND_RULES
     noises = ("gaussian",)
+
+    def clean_passes(self) -> int:
+        return 1  # its one forward pass, on the clean input
 
     def program(self, run, x, label, idx, generator):
         return _lbound_row(lbound_heuristic(run.smoothed, x), label)

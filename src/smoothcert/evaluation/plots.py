@@ -150,25 +150,38 @@ def _radius_norm(records_list: Sequence[Records]) -> str:
 
 
 def plot_pa_ecdf(records_list: Sequence[Records], path) -> Path:
-    """Plot the empirical CDF of p̂_A, one step curve per CERTIFY file (Sun, Mao, Müller &
-    Vechev 2024, Fig. 3); save to ``path`` (atomically, as :func:`plot_certified_accuracy`).
+    """Write :func:`pa_ecdf_figure` to ``path`` (atomically, as
+    :func:`plot_certified_accuracy`)."""
+    return _save_atomic(pa_ecdf_figure(records_list), Path(path))
+
+
+ECDF_PAD = 0.03  # the p̂_A axis runs this far past 0 and 1, so no step sits on the border
+
+
+def pa_ecdf_figure(records_list: Sequence[Records]):
+    """The empirical CDF of p̂_A, one step curve per CERTIFY file (Sun, Mao, Müller &
+    Vechev 2024, Fig. 3).
 
     x: p̂_A, the frequency of the true label among the noisy draws
     (:func:`smoothcert.evaluation.metrics.pa_hat` says how it is read from records); y: the
-    fraction of
-    examples with p̂_A ≤ x. The dotted line at ½ separates hard from easy examples; the height
-    of a curve just below ½ is the fraction of hard ones.
+    fraction of examples with p̂_A ≤ x. The dotted line at ½ separates hard from easy examples;
+    the height of a curve just below ½ is the fraction of hard ones. The axes run
+    :data:`ECDF_PAD` past [0, 1] on both scales, and each curve on to their ends (0 before
+    p̂_A = 0, 1 from p̂_A = 1 on), so its first and last steps (the jump of the examples at
+    p̂_A = 1, often the largest) are drawn inside the axes, not on their frame.
     """
     fig, ax = _figure("p̂_A (frequency of the true label under noise)",
                       "fraction of examples with p̂_A ≤ x")
     for r in records_list:
         points, cdf = pa_ecdf(r)
-        # right-continuous: 0 before the first value, F(t) from each value t on, 1 at p̂_A = 1
-        ax.step(np.concatenate([[0.0], points, [1.0]]), np.concatenate([[0.0], cdf, [1.0]]),
-                where="post", label=r.name)
+        # right-continuous: 0 before the first value, F(t) from each value t on, 1 from 1 on
+        ax.step(np.concatenate([[-ECDF_PAD], points, [1.0, 1.0 + ECDF_PAD]]),
+                np.concatenate([[0.0], cdf, [1.0, 1.0]]), where="post", label=r.name)
     ax.axvline(0.5, color="grey", linestyle=":", linewidth=1)
     _finish(ax, 1.0, "upper left")
-    return _save_atomic(fig, Path(path))
+    ax.set_xlim(-ECDF_PAD, 1.0 + ECDF_PAD)
+    ax.set_ylim(-ECDF_PAD, 1.0 + ECDF_PAD)
+    return fig
 
 
 SIGMA_BINS = 30  # bins of the σ histogram, shared by every file
@@ -268,13 +281,46 @@ def _clip_steps(radii: np.ndarray, acc: np.ndarray, max_radius: float):
 
 
 def plot_cost_frontier(records_list: Sequence[Records], path, radius: float) -> Path:
-    """Certified accuracy (in %) at ``radius`` against noisy forward passes per example
-    (:func:`~smoothcert.evaluation.metrics.forward_passes`: an ensemble's count its members'; log
-    scale), one labelled point per file; the files no cheaper file matches or beats are joined
-    by a line (the Pareto frontier of the run's choices). Every file needs a radius and an ``n``
-    column (SmoothcertError otherwise). Written atomically, as :func:`plot_certified_accuracy`."""
-    import matplotlib.pyplot as plt
+    """Write :func:`cost_figure` to ``path``, atomically, as :func:`plot_certified_accuracy`."""
+    return _save_atomic(cost_figure(records_list, radius), Path(path))
 
+
+def cost_figure(records_list: Sequence[Records], radius: float):
+    """Certified accuracy (in %) at ``radius`` against forward passes per example
+    (:func:`~smoothcert.evaluation.metrics.forward_passes`: an ensemble's count its members';
+    log scale), one labelled point per file (files at the same point share it and its label);
+    the files no cheaper file matches or beats are joined by a line (the Pareto frontier of the
+    run's choices). Every file needs a radius column and a count of its passes, and a count
+    above 0 (a log axis has no 0): SmoothcertError otherwise.
+
+    Layout: the labels sit beside their points, each at the first of a few offsets where it
+    stays inside the axes and clear of the other labels and points (:func:`_place_labels`);
+    the legend sits below the axes, never over a point."""
+    points = _cost_points(records_list, radius)
+    fig, ax = _figure("forward passes per example (log scale)",
+                      f"certified accuracy at r = {radius:g} (%)")
+    fig.set_size_inches(6.4, 4.4)
+    groups: dict = {}  # (x, y) -> the names of the files there
+    for x, y, name in points:
+        groups.setdefault((x, y), []).append(name)
+    for x, y in groups:
+        ax.scatter([x], [y], zorder=3, s=30)
+    frontier, best = [], -np.inf
+    for x, y, _ in sorted(points, key=lambda p: (p[0], -p[1])):
+        if y > best:
+            frontier.append((x, y))
+            best = y
+    (line,) = ax.plot(*zip(*frontier), color="black", lw=1, ls="--", label="Pareto frontier")
+    ax.set_xscale("log")
+    _cost_limits(ax, [x for x, _ in groups], [y for _, y in groups])
+    ax.grid(alpha=0.3)
+    fig.legend(handles=[line], loc="outside lower center", fontsize="small", frameon=False)
+    _place_labels(ax, [(x, y, "\n".join(names)) for (x, y), names in groups.items()])
+    return fig
+
+
+def _cost_points(records_list: Sequence[Records], radius) -> list:
+    """(mean forward passes, certified accuracy % at ``radius``, name) of every file."""
     from .metrics import certified_accuracy, forward_passes
 
     if not (isinstance(radius, (int, float)) and 0 <= radius < float("inf")):
@@ -289,24 +335,90 @@ def plot_cost_frontier(records_list: Sequence[Records], path, radius: float) -> 
                 if "n" in r else "n")
             raise SmoothcertError(f"--plot-cost needs radius and n columns; {r.path} lacks "
                                   f"{lacks}")
-        points.append((float(np.mean(passes)), 100 * float(certified_accuracy(r, [radius])[0]),
-                       r.name))
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for x, y, name in points:
-        ax.scatter([x], [y], zorder=3)
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    frontier, best = [], -np.inf
-    for x, y, _ in sorted(points, key=lambda p: (p[0], -p[1])):
-        if y > best:
-            frontier.append((x, y))
-            best = y
-    ax.plot(*zip(*frontier), color="black", lw=1, ls="--", label="Pareto frontier")
-    ax.set_xscale("log")
-    ax.set(xlabel="noisy forward passes per example (n0 + n)",
-           ylabel=f"certified accuracy at r = {radius:g} (%)")
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    return _save_atomic(fig, Path(path))
+        mean = float(np.mean(passes)) if len(passes) else 0.0
+        if not mean > 0:
+            raise SmoothcertError(
+                f"--plot-cost cannot place {r.path} on its log axis: it records 0 forward "
+                "passes per example (an ensemble's lbound-heuristic file written before clean "
+                "passes were counted); certify it again, or leave it out")
+        points.append((mean, 100 * float(certified_accuracy(r, [radius])[0]), r.name))
+    return points
+
+
+def _cost_limits(ax, xs: Sequence[float], ys: Sequence[float]) -> None:
+    """Axis limits with room around the points for their labels: a quarter of the span (at
+    least a quarter of a decade) on both sides of the log x axis, 12% (at least 3 points of
+    accuracy) above and below, within [0, 100] plus that room."""
+    low, high = np.log10(min(xs)), np.log10(max(xs))
+    pad = max(0.25 * (high - low), 0.25)
+    ax.set_xlim(10 ** (low - pad), 10 ** (high + pad))
+    bottom, top = min(ys), max(ys)
+    room = max(0.12 * (top - bottom), 3.0)
+    ax.set_ylim(max(bottom - room, -room / 2), min(top + room, 100 + room / 2))
+
+
+LABEL_OFFSETS = ((6, 5, "left", "bottom"), (6, -5, "left", "top"), (-6, 5, "right", "bottom"),
+                 (-6, -5, "right", "top"), (0, 8, "center", "bottom"),
+                 (0, -8, "center", "top"), (8, 0, "left", "center"), (-8, 0, "right", "center"),
+                 (0, 20, "center", "bottom"), (0, -20, "center", "top"))
+"""(dx, dy in points, horizontal and vertical alignment) of a point's label, in the order
+:func:`_place_labels` tries them: above right first."""
+
+
+def _place_labels(ax, labelled: Sequence[tuple]) -> None:
+    """Annotate each (x, y, text) at the first of :data:`LABEL_OFFSETS` whose box lies inside
+    the axes and overlaps no label placed before it and no point (else at the offset with the
+    least overlap). The layout is fixed first, so the boxes are the ones drawn; the labels are
+    left out of the layout (they stay inside the axes)."""
+    fig = ax.figure
+    fig.draw_without_rendering()  # constrained layout: the axes' final place
+    renderer = fig.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    clear = CLEARANCE * fig.dpi / 72  # around another point, in pixels
+    dots = {(x, y): ax.transData.transform((x, y)) for x, y, _ in labelled}
+    placed: list = []
+    for x, y, text in sorted(labelled, key=lambda p: (p[0], -p[1])):
+        others = [_square(*dot, clear) for key, dot in dots.items() if key != (x, y)]
+        own = _square(*dots[(x, y)], 3 * fig.dpi / 72)  # the marker itself
+        best = None
+        for dx, dy, ha, va in LABEL_OFFSETS:
+            label = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy),
+                                ha=ha, va=va, fontsize=8, annotation_clip=False)
+            label.set_in_layout(False)
+            box = label.get_window_extent(renderer)
+            cost = _overlap_cost(box, inside, [*placed, *others, own])
+            if best is not None and cost >= best[0]:
+                label.remove()
+                continue
+            if best is not None:
+                best[1].remove()
+            best = (cost, label, box)
+            if cost == 0:
+                break
+        placed.append(best[2])
+
+
+CLEARANCE = 9  # points kept free around another file's point, so a label names its own
+
+
+def _square(x: float, y: float, half: float):
+    from matplotlib.transforms import Bbox
+
+    return Bbox.from_extents(x - half, y - half, x + half, y + half)
+
+
+def _overlap_cost(box, inside, boxes: list) -> float:
+    """Pixels² of ``box`` outside the axes (weighted up: a cut label is worst) and over
+    ``boxes`` (earlier labels, points and the room kept around them)."""
+    from matplotlib.transforms import Bbox
+
+    clipped = Bbox.intersection(box, inside)
+    outside = box.width * box.height - (clipped.width * clipped.height if clipped else 0.0)
+    cost = 10 * outside
+    for other in boxes:
+        common = Bbox.intersection(box, other)
+        cost += common.width * common.height if common else 0.0
+    return cost
 
 
 def _save_atomic(fig, path: Path) -> Path:

@@ -33,9 +33,18 @@ So the votes, hence every certificate, are the ensemble's, and the identity is t
 ensemble's: a file can be resumed with or without it. The test carries a slack of 1e-4 for the
 float32 sums.
 
+Members. :meth:`Ensemble.from_checkpoints` refuses members that differ in dataset, number of
+classes, class names (and their order) or input shape, in one line naming the first member,
+the one that differs and both values; members given as modules that return different numbers
+of classes are refused when first called. Members trained at different σ or noise leave the
+run's open: :meth:`Ensemble.training_noise` refuses to pick one (the first member's would make
+the certificate depend on the order of the members, even its norm), so ``--sigma`` or
+``--noise`` must be given, and the run's note names every member's.
+
 Cost. In every engine call the ensemble reports the members that ran on each row; a run's
-record gains the column ``member_passes`` (per example, the votes' and soft scores' member
-forward passes), which ``report --cost`` reads as the example's forward passes.
+record gains the column ``member_passes`` (per example, the member forward passes of its
+votes, soft scores and clean forwards), which ``report --cost`` reads as the example's forward
+passes.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -59,13 +68,16 @@ class Ensemble(nn.Module):
     """The mean of ``members``' outputs (see the module doc). ``member_sha256`` are the
     members' fingerprints for a run's identity (the checkpoint files' SHA-256 when built by
     :meth:`from_checkpoints`; None: their state dicts are hashed), ``meta`` the first
-    checkpoint's meta ({} for modules). ``evaluations`` counts member forward passes (rows) and
+    checkpoint's meta ({} for modules), ``member_meta`` each checkpoint's (its file, its meta;
+    () for modules), from which :meth:`training_noise` reads what the members were trained
+    with. ``evaluations`` counts member forward passes (rows) and
     ``inputs`` the rows the ensemble was called on, for measuring what a consensus saves
     (:meth:`evaluations_per_input`)."""
 
     def __init__(self, members: Sequence[nn.Module], mode: str = "logits",
                  consensus: int | str | None = None, member_sha256: Sequence[str] | None = None,
-                 meta: dict | None = None):
+                 meta: dict | None = None,
+                 member_meta: Sequence[tuple[str, dict]] | None = None):
         super().__init__()
         members = list(members)
         if not members or not all(isinstance(m, nn.Module) for m in members):
@@ -81,6 +93,7 @@ class Ensemble(nn.Module):
         self.mode, self.consensus = mode, consensus
         self.member_sha256 = tuple(member_sha256) if member_sha256 is not None else None
         self.meta = dict(meta or {})
+        self.member_meta = tuple((str(label), dict(m)) for label, m in member_meta or ())
         # counters as device tensors: no host synchronisation, and torch.compile traces them
         self.register_buffer("_evaluations", torch.zeros((), dtype=torch.long), persistent=False)
         self.register_buffer("_inputs", torch.zeros((), dtype=torch.long), persistent=False)
@@ -91,26 +104,49 @@ class Ensemble(nn.Module):
             self.num_classes = classes.pop()
 
     @classmethod
-    def from_checkpoints(cls, paths: Sequence[str | os.PathLike], mode: str = "logits",
-                         consensus: int | str | None = None, device="cpu") -> Ensemble:
-        """The classifiers of smoothcert checkpoints (files or train run folders) of one
-        dataset, number of classes and input shape, fingerprinted by their files."""
+    def from_checkpoints(cls, paths: str | os.PathLike | Sequence[str | os.PathLike],
+                         mode: str = "logits", consensus: int | str | None = None,
+                         device="cpu") -> Ensemble:
+        """The classifiers of smoothcert checkpoints (files or train run folders; one path is
+        an ensemble of one) that agree on the dataset, the classes (their number and names)
+        and the input shape (:func:`check_members`), fingerprinted by their files."""
         from ..io import file_sha256
         from .checkpoint import checkpoint_file, model_from_checkpoint
 
-        if not paths:
-            raise SmoothcertError("an ensemble needs at least one checkpoint")
-        files = [checkpoint_file(p) for p in paths]
+        files = [checkpoint_file(p) for p in _checkpoint_paths(paths)]
         loaded = [model_from_checkpoint(f, device=device) for f in files]
-        first = loaded[0][1]
-        for f, (_, meta) in zip(files[1:], loaded[1:]):
-            for key in ("dataset", "num_classes", "input_shape"):
-                if meta.get(key) != first.get(key):
-                    raise SmoothcertError(
-                        f"ensemble members must share {key}: {files[0]} has {first.get(key)!r},"
-                        f" {f} has {meta.get(key)!r}")
+        metas = [meta for _, meta in loaded]
+        check_members([str(f) for f in files], metas)
         return cls([m for m, _ in loaded], mode, consensus, [file_sha256(f) for f in files],
-                   meta=first)
+                   meta=metas[0], member_meta=list(zip(map(str, files), metas)))
+
+    def training_noise(self, sigma, noise: str | None) -> tuple[dict, str | None]:
+        """(the training noise the members agree on, a line naming each member's where they
+        disagree, else None), from their checkpoints' metas.
+
+        Where they disagree on σ (a member trained without noise included), ``sigma`` must be
+        given; where they disagree on the noise, ``noise``: no member's stands for the others
+        (the order of the members would otherwise pick the run's σ, or its norm). The agreed
+        part holds ``name`` and ``sigma`` where every member that has it agrees on it."""
+        stored = self.meta.get("noise") or {}
+        trained = [(label, meta.get("noise") or None) for label, meta in self.member_meta]
+        if len({_noise_key(n) for _, n in trained}) <= 1:
+            return stored, None
+        names = {n["name"] for _, n in trained if n is not None}
+        sigmas = {None if n is None else n["sigma"] for _, n in trained}
+        missing = [flag for flag, open_, given in (("--sigma", len(sigmas) > 1, sigma),
+                                                    ("--noise", len(names) > 1, noise))
+                   if open_ and given is None]
+        listed = ", ".join(f"{label}: {_noise_text(n)}" for label, n in trained)
+        if missing:
+            raise SmoothcertError(
+                f"the ensemble's members were trained with different noise ({listed}); pass "
+                f"{' and '.join(missing)} (Python: {', '.join(m[2:] + '=' for m in missing)}) "
+                "to choose the run's")
+        agreed = {"name": names.pop()} if len(names) == 1 else {}
+        if len(sigmas) == 1:
+            agreed["sigma"] = sigmas.pop()
+        return agreed, f"the ensemble's members were trained with {listed}"
 
     def fingerprint(self, member_sha256: Sequence[str]) -> dict:
         """The ensemble's part of a run identity: the members' fingerprints in order, the mode
@@ -136,41 +172,42 @@ class Ensemble(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         call = current_call()  # the engine's: it may read only argmaxes, and takes the cost
-        passes = torch.zeros(len(x), dtype=torch.long, device=x.device)  # members run per row
+        tally = _Tally(len(x), x.device)  # members run per row, the classes they return
         with whole_outputs():  # members' outputs are averaged, never only argmaxed
             if self.consensus == "exact" and call is not None and call.argmax_only:
-                out = self._exact(x, passes)
+                out = self._exact(x, tally)
             elif self.consensus in (None, "exact"):
-                out = self._mean([self._run(m, x, passes) for m in self.members])
+                out = self._mean([self._run(i, x, tally) for i in range(len(self.members))])
             else:
-                out = self._k_consensus(x, passes)
+                out = self._k_consensus(x, tally)
         self._inputs += len(x)
-        self._evaluations += passes.sum()
+        self._evaluations += tally.passes.sum()
         if call is not None:
-            call.row_passes = passes
+            call.row_passes = tally.passes
         return out
 
-    def _k_consensus(self, x: torch.Tensor, passes: torch.Tensor) -> torch.Tensor:
-        first = [self._run(m, x, passes) for m in self.members[:self.consensus]]
+    def _k_consensus(self, x: torch.Tensor, tally: _Tally) -> torch.Tensor:
+        first = [self._run(i, x, tally) for i in range(self.consensus)]
         votes = torch.stack([out.argmax(dim=1) for out in first])
         agree = (votes == votes[0]).all(dim=0)
         out = self._mean(first)  # where the first K agree, its argmax is their class
         rest = ~agree
         if rest.any() and len(self.members) > self.consensus:
-            later = [self._run(m, x[rest], passes, rest) for m in self.members[self.consensus:]]
+            later = [self._run(i, x[rest], tally, rest)
+                     for i in range(self.consensus, len(self.members))]
             full = self._mean([o[rest] for o in first] + later)
             out = out.to(full.dtype).index_put((rest.nonzero().squeeze(1),), full)
         return out
 
-    def _exact(self, x: torch.Tensor, passes: torch.Tensor) -> torch.Tensor:
+    def _exact(self, x: torch.Tensor, tally: _Tally) -> torch.Tensor:
         """Outputs with the argmax (and finiteness) of the whole mean on every row, members run
         only on the rows whose vote the members still to run could change (module doc)."""
         live = torch.arange(len(x), device=x.device)  # rows still undecided
         outputs: list = []  # each run member's outputs on the live rows
         total = None  # the sum of their softmaxes on the live rows
         out = None
-        for k, member in enumerate(self.members, start=1):
-            outputs.append(self._run(member, x[live], passes, live))
+        for k in range(1, len(self.members) + 1):
+            outputs.append(self._run(k - 1, x[live], tally, live))
             p = outputs[-1].float().softmax(dim=1)
             total = p if total is None else total + p
             if out is None:
@@ -189,11 +226,14 @@ class Ensemble(nn.Module):
                 break
         return out
 
-    def _run(self, member: nn.Module, x: torch.Tensor, passes: torch.Tensor,
+    def _run(self, index: int, x: torch.Tensor, tally: _Tally,
              rows: torch.Tensor | None = None) -> torch.Tensor:
-        """``member`` on ``x``, the rows ``rows`` of the call's input (None: all of them)."""
-        passes[rows if rows is not None else slice(None)] += 1
-        return member(x)
+        """Member ``index`` on ``x``, the rows ``rows`` of the call's input (None: all of
+        them), counted in ``tally``, which refuses a member of other classes."""
+        tally.passes[rows if rows is not None else slice(None)] += 1
+        out = self.members[index](x)
+        tally.check_classes(index, out)
+        return out
 
     def _mean(self, outputs: list) -> torch.Tensor:
         if self.mode == "logits":
@@ -201,6 +241,85 @@ class Ensemble(nn.Module):
         # float32 log-probabilities whatever the members' dtype: bf16 would round near-ties
         # into ties, so the vote would depend on the class order
         return torch.stack([o.float().softmax(dim=1) for o in outputs]).mean(dim=0).log()
+
+
+class _Tally:
+    """One call of an ensemble: the member passes of each row, and the classes the first
+    member that ran returned (the means of outputs of other widths would be torch errors)."""
+
+    __slots__ = ("passes", "classes")
+
+    def __init__(self, rows: int, device):
+        self.passes = torch.zeros(rows, dtype=torch.long, device=device)
+        self.classes: tuple[int, int] | None = None  # (member, its number of classes)
+
+    def check_classes(self, index: int, out: torch.Tensor) -> None:
+        width = out.shape[-1] if out.dim() else 0
+        if self.classes is None:
+            self.classes = (index, width)
+        elif width != self.classes[1]:
+            first, classes = self.classes
+            raise SmoothcertError(
+                f"the ensemble's members must return the same classes: member {first + 1} "
+                f"returns {classes} classes, member {index + 1} returns {width}; build it of "
+                "classifiers of one dataset")
+
+
+def _checkpoint_paths(paths) -> list:
+    """``paths`` as a list of paths: one path is a list of one (a string is not walked
+    character by character)."""
+    if isinstance(paths, (str, os.PathLike)):
+        return [paths]
+    if isinstance(paths, (Sequence, Iterator)) and not isinstance(paths, bytes):
+        paths = list(paths)
+        if all(isinstance(p, (str, os.PathLike)) for p in paths):
+            if not paths:
+                raise SmoothcertError("an ensemble needs at least one checkpoint")
+            return paths
+        held = sorted({type(p).__name__ for p in paths if not isinstance(p, (str, os.PathLike))})
+        raise SmoothcertError("Ensemble.from_checkpoints takes one path or a list of paths of "
+                              f"checkpoints, got a list holding {', '.join(held)}")
+    raise SmoothcertError("Ensemble.from_checkpoints takes one path or a list of paths of "
+                          f"checkpoints, got {type(paths).__name__}")
+
+
+SHARED = ("dataset", "num_classes", "classes", "input_shape")  # what every member must share
+
+
+def check_members(labels: Sequence[str], metas: Sequence[dict]) -> None:
+    """Every member's meta against the first's on :data:`SHARED`: one line naming the first
+    member that differs, the first one, and both values (an ensemble's mean of members of
+    other classes, or of class names in another order, would average unrelated outputs)."""
+    for label, meta in zip(labels[1:], metas[1:]):
+        for key in SHARED:
+            mine, first = meta.get(key), metas[0].get(key)
+            if mine != first:
+                detail = _class_names_differ(first, mine) if key == "classes" else ""
+                raise SmoothcertError(
+                    f"ensemble members must share {key}: {labels[0]} has "
+                    f"{_shown(key, first)}, {label} has {_shown(key, mine)}{detail}")
+
+
+def _shown(key: str, value) -> str:
+    if key != "classes" or value is None:
+        return "no class names" if key == "classes" else repr(value)
+    names = ", ".join(value[:4]) + (", ..." if len(value) > 4 else "")
+    return f"{len(value)} classes ({names})"
+
+
+def _class_names_differ(first, other) -> str:
+    if first is None or other is None:
+        return ""
+    only = sorted(set(first) ^ set(other))
+    return f"; names only in one: {', '.join(only[:6])}" if only else "; same names, other order"
+
+
+def _noise_key(noise: dict | None) -> tuple:
+    return (None, None) if noise is None else (noise.get("name"), noise.get("sigma"))
+
+
+def _noise_text(noise: dict | None) -> str:
+    return "without noise" if noise is None else f"{noise['name']} noise at sigma {noise['sigma']}"
 
 
 def fingerprint_sha256(fingerprint: dict) -> str:
