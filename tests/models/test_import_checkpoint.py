@@ -395,3 +395,53 @@ def test_file_of_another_format_is_refused(ref_nets, tmp_path, capsys):
         one_line_error(capsys, f"is not a {fmt} checkpoint: that holds a state dict under "
                                f"{FORMATS[fmt].weights_key!r}, this file holds {held}")
         assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# What import writes, load accepts: files whose weights or epoch a smoothcert checkpoint may not
+# hold are refused at import, in one line, with nothing written.
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_weight_is_refused_at_import(value, tmp_path, capsys):
+    net = reference_net("lenet", "mnist")
+    src = tmp_path / "m.pth"
+    weights = {k: v.clone() for k, v in net.state_dict().items()}
+    weights["fc2.bias"][3] = value  # one bad number among the weights
+    torch.save({"net": weights, "epoch": 440}, src)
+    out = tmp_path / "imported.pt"
+    assert import_ckpt(src, out, "macer", "lenet", "mnist") == 2
+    one_line_error(capsys, "weight fc2.bias holds NaN or inf values")
+    assert not out.exists()
+
+
+def test_non_finite_denoiser_weight_is_refused_at_import(tmp_path, capsys):
+    torch.manual_seed(0)
+    denoiser = MODELS["dncnn"](0, (3, 32, 32), depth=3, width=8)
+    weights = {k: v.clone() for k, v in denoiser.state_dict().items()}
+    weights["dncnn.0.weight"][0, 0, 0, 0] = float("nan")
+    src = tmp_path / "d.pth.tar"
+    torch.save({"state_dict": weights, "epoch": 90}, src)
+    out = tmp_path / "dn.pt"
+    assert main(["import-checkpoint", str(src), "--format", "denoised-smoothing", "--dataset",
+                 "cifar10", "--sigma", "0.25", "--out", str(out)]) == 2
+    one_line_error(capsys, "weight dncnn.0.weight holds NaN or inf values")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("epoch", [10**30, 10**9 + 1])
+def test_epoch_a_checkpoint_cannot_hold_is_refused_at_import(epoch, tmp_path, capsys):
+    src = write_reference(tmp_path / "m.pth", reference_net("lenet", "mnist"), "{}", "net",
+                          epoch=epoch)
+    out = tmp_path / "imported.pt"
+    assert import_ckpt(src, out, "macer", "lenet", "mnist") == 2
+    one_line_error(capsys, f"says epoch {epoch}")
+    assert not out.exists()
+
+
+def test_largest_epoch_a_checkpoint_holds_imports_and_loads(tmp_path):
+    net = reference_net("lenet", "mnist")
+    src = write_reference(tmp_path / "m.pth", net, "{}", "net", epoch=10**9)
+    out = tmp_path / "imported.pt"
+    assert import_ckpt(src, out, "macer", "lenet", "mnist") == 0
+    assert assert_same_function(out, net, "mnist", (0.0,), (1.0,))["epoch"] == 10**9

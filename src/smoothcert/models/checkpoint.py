@@ -64,6 +64,7 @@ RUN_CHECKPOINT = "checkpoint.pt"  # the checkpoint in a train run folder (traini
 # load instead of asking for terabytes when the model is built.
 MAX_CLASSES = 1_000_000
 MAX_SIDE = 65_536
+MAX_EPOCH = 10**9  # more completed epochs than any run: a corrupt or foreign number
 
 
 @dataclass(frozen=True)
@@ -143,11 +144,21 @@ def checkpoint_file(path: str | os.PathLike) -> Path:
     if path.is_dir():
         if (path / RUN_CHECKPOINT).is_file():
             return path / RUN_CHECKPOINT
+        if _diffusers_folder(path):
+            raise SmoothcertError(
+                f"{path} is a diffusers folder (a diffusion model), not a classifier checkpoint; "
+                f"put it in front of a classifier with --denoiser diffusers:{path}")
         raise SmoothcertError(f"{path} is a folder without a {RUN_CHECKPOINT} ({_held(path)}); "
                               "give a checkpoint file or a train run folder")
     if not path.is_file():
         raise SmoothcertError(f"checkpoint {path} does not exist; check the path")
     return path
+
+
+def _diffusers_folder(folder: Path) -> bool:
+    """Whether ``folder`` looks like a diffusers pipeline or a flat UNet + scheduler folder."""
+    return (folder / "model_index.json").is_file() or (folder / "unet" / "config.json").is_file() \
+        or ((folder / "config.json").is_file() and (folder / "scheduler_config.json").is_file())
 
 
 def _held(folder: Path) -> str:
@@ -265,7 +276,8 @@ _META_RULES = {
     "std": (lambda v: _reals(v, positive=True), "a list of positive finite numbers"),
     "noise": (_noise, "none, or a noise name with a finite sigma >= 0"),
     "method": (_named, "a method name with its hyperparameters"),
-    "epoch": (lambda v: _int(v, 0, 10**9), "a count of epochs (an integer >= 0)"),
+    "epoch": (lambda v: _int(v, 0, MAX_EPOCH),
+              f"a count of epochs (an integer in 0..{MAX_EPOCH})"),
     "versions": (lambda v: isinstance(v, dict), "a mapping of versions"),
     "config": (lambda v: isinstance(v, dict), "a mapping (the training config)"),
     "arch_kwargs": (lambda v: v is None or isinstance(v, dict), "a mapping of parameters"),
@@ -290,17 +302,25 @@ def load_weights(model: nn.Module, state_dict, where: str, what: str,
     problems = _mismatch(model.state_dict(), state_dict)
     if problems:
         raise SmoothcertError(f"the weights in {where} do not fit {what} ({problems}); {fix}")
-    for key, value in state_dict.items():
-        if (value.is_floating_point() or value.is_complex()) and not bool(
-                torch.isfinite(value).all()):
-            raise SmoothcertError(f"{where}: weight {key} holds NaN or inf values; the model "
-                                  "diverged or the file is corrupt, use another checkpoint")
+    check_finite(state_dict, where)
     try:
         model.load_state_dict(state_dict, strict=True)
     except RuntimeError as err:  # what the key and shape checks above do not foresee
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise SmoothcertError(f"the weights in {where} do not fit {what} ({first}); {fix}") \
             from err
+
+
+def check_finite(tensors, where: str,
+                 fix: str = "the model diverged or the file is corrupt, use another checkpoint"
+                 ) -> None:
+    """Refuse weights (a mapping of names to tensors) that are not all finite: NaN or inf
+    weights make a model vote for one class everywhere, which smoothing then certifies. One
+    line naming ``where``, the first such weight and ``fix``."""
+    for key, value in tensors.items():
+        if (value.is_floating_point() or value.is_complex()) and not bool(
+                torch.isfinite(value).all()):
+            raise SmoothcertError(f"{where}: weight {key} holds NaN or inf values; {fix}")
 
 
 def _mismatch(expected: dict, given: dict) -> str:

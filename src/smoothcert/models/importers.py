@@ -106,7 +106,7 @@ from ..errors import SmoothcertError, check_positive_finite, unknown_name
 from ..io import check_not_input, file_sha256
 from ..registry import Registry
 from .archs import MODELS, build_model
-from .checkpoint import checkpoint_meta, save_checkpoint
+from .checkpoint import MAX_EPOCH, check_finite, check_meta, checkpoint_meta, save_checkpoint
 
 # "reference": what the format's code used for the dataset; the others override it.
 NORMALIZATIONS = ("reference", "standardize", "center", "none")
@@ -223,7 +223,7 @@ def read_reference(path: str | os.PathLike) -> object:
 def reference_weights(obj, fmt: ReferenceFormat, where) -> dict[str, torch.Tensor]:
     """The network weights in a loaded reference file, keyed as in our model (``1.<net key>`` for
     a classifier, the bare module's own keys for a denoiser), with every ``module.`` component
-    dropped."""
+    dropped; a NaN or inf weight is refused."""
     weights = obj.get(fmt.weights_key) if isinstance(obj, dict) else None
     if not isinstance(weights, Mapping) or not all(
         isinstance(v, torch.Tensor) for v in weights.values()
@@ -233,6 +233,7 @@ def reference_weights(obj, fmt: ReferenceFormat, where) -> dict[str, torch.Tenso
             f"{where} is not a {fmt.name} checkpoint: that holds a state dict under "
             f"{fmt.weights_key!r}, this file holds {held or 'nothing'}; check --format"
         )
+    check_finite(weights, where)  # named by the file's own keys, as load_checkpoint refuses
     out: dict[str, torch.Tensor] = {}
     for key, value in weights.items():
         name = ".".join(part for part in str(key).split(".") if part != "module")
@@ -302,34 +303,35 @@ def import_checkpoint(
     format (``denoised-smoothing``) gives a role-"denoiser" checkpoint of ``dncnn`` whose depth
     and width come from the file (``arch`` None or "dncnn"; no normalization). The meta records
     the format's method, σ and ``imported_from`` (format, file, sha256, normalization and its
-    source). Everything is checked before ``out`` is written, atomically; an existing ``out``
-    is refused unless ``overwrite``, and ``out`` naming the input file itself always.
+    source). Everything a later load checks is checked before ``out`` is written, atomically:
+    the weights' keys and shapes, that every weight is finite, the file's epoch and the meta;
+    an existing ``out`` is refused unless ``overwrite``, and ``out`` naming the input file
+    always.
     """
     from ..data.registry import dataset_spec
 
     reference, spec = FORMATS[fmt], dataset_spec(dataset)
     arch, sigma, norm = _checked_request(reference, spec, arch, sigma, normalization)
-    out = Path(out)
-    check_not_input(out, [path])  # even with overwrite: the reference file must survive
-    if out.exists() and not overwrite:
-        raise SmoothcertError(f"{out} already exists; choose another --out or pass --force")
+    out = _checked_out(out, path, overwrite)
     obj = read_reference(path)
-    weights = reference_weights(obj, reference, path)
-    arch_kwargs = None
-    if reference.role == "denoiser":  # no normalization: the denoiser takes raw pixels
-        arch_kwargs, stated_arch = _dncnn_params(obj, weights, path)
-        channels = spec.input_shape[0]
-        norm = Normalization("none", (0.0,) * channels, (1.0,) * channels, "identity")
-    else:
-        stated_arch = _check_arch(obj, arch, path)
-    model = build_model(arch, spec.num_classes or 0, spec.input_shape, norm.mean, norm.std,
-                        arch_kwargs)
-    load_reference_weights(model, weights, path, f"{arch} for {spec.name}")
+    model, arch_kwargs, norm, stated_arch = _reference_model(obj, reference, spec, arch, norm,
+                                                             path)
+    meta = _imported_meta(path, obj, reference, spec, arch, sigma, norm, normalization,
+                          arch_kwargs, stated_arch)
+    check_meta(meta, f"the import of {path}")  # as load_checkpoint will check it
+    return save_checkpoint(out, model, meta)
+
+
+def _imported_meta(path, obj, reference: ReferenceFormat, spec, arch: str, sigma, norm,
+                   normalization: str, arch_kwargs, stated_arch) -> dict:
+    """The meta of an imported checkpoint: the format's method, σ (no noise for a clean
+    classifier), the file's epoch, and ``imported_from`` (format, file, sha256, source,
+    normalization and where its constants come from)."""
     meta = checkpoint_meta(
         arch=arch, dataset=spec.name, num_classes=spec.num_classes or 0,
         input_shape=spec.input_shape, mean=norm.mean, std=norm.std,
         noise=None if sigma is None else {"name": "gaussian", "sigma": sigma},
-        method={"name": reference.method, "hparams": {}}, epoch=_epoch(obj),
+        method={"name": reference.method, "hparams": {}}, epoch=_epoch(obj, path),
         config={"format": reference.name, "arch": arch, "dataset": spec.name, "sigma": sigma,
                 "normalization": normalization},
         arch_kwargs=arch_kwargs, role=reference.role,
@@ -338,7 +340,35 @@ def import_checkpoint(
         "format": reference.name, "file": os.fspath(path), "sha256": file_sha256(path),
         "source": reference.source, "arch_in_file": stated_arch, "normalization": norm.mode,
         "normalization_source": norm.source}
-    return save_checkpoint(out, model, meta)
+    return meta
+
+
+def _checked_out(out, path, overwrite: bool) -> Path:
+    """``out`` as a Path, refused when it is the input file (even with ``overwrite``: the
+    reference file must survive) or exists and ``overwrite`` is off."""
+    out = Path(out)
+    check_not_input(out, [path])
+    if out.exists() and not overwrite:
+        raise SmoothcertError(f"{out} already exists; choose another --out or pass --force")
+    return out
+
+
+def _reference_model(obj, reference: ReferenceFormat, spec, arch: str, norm, where):
+    """(model holding the file's weights, arch_kwargs or None, normalization, the file's own
+    'arch' entry): a denoiser's depth and width read from the file, without normalization (it
+    takes raw pixels); a classifier as ``arch`` behind ``norm``."""
+    weights = reference_weights(obj, reference, where)
+    arch_kwargs = None
+    if reference.role == "denoiser":
+        arch_kwargs, stated_arch = _dncnn_params(obj, weights, where)
+        channels = spec.input_shape[0]
+        norm = Normalization("none", (0.0,) * channels, (1.0,) * channels, "identity")
+    else:
+        stated_arch = _check_arch(obj, arch, where)
+    model = build_model(arch, spec.num_classes or 0, spec.input_shape, norm.mean, norm.std,
+                        arch_kwargs)
+    load_reference_weights(model, weights, where, f"{arch} for {spec.name}")
+    return model, arch_kwargs, norm, stated_arch
 
 
 def _checked_request(reference: ReferenceFormat, spec, arch: str | None, sigma: float,
@@ -418,9 +448,14 @@ def _check_arch(obj, arch: str, where) -> str | None:
     return stated
 
 
-def _epoch(obj) -> int:
+def _epoch(obj, where) -> int:
     """Completed training epochs as the file states them (Cohen et al. save epoch + 1, MACER its
     1-based epoch, eth-sri/acr-weakness's ``train.py`` the 0-based index, one less); 0 when
-    absent."""
+    absent or not a count. An integer above :data:`MAX_EPOCH` is refused: a checkpoint cannot
+    hold it (load_checkpoint would refuse the file written)."""
     epoch = obj.get("epoch") if isinstance(obj, dict) else None
+    if type(epoch) is int and epoch > MAX_EPOCH:
+        raise SmoothcertError(f"{where} says epoch {epoch}, more than any training run "
+                              f"({MAX_EPOCH}); the file is corrupt or its 'epoch' is not a count "
+                              "of epochs: fix or remove that entry")
     return epoch if type(epoch) is int and epoch >= 0 else 0
