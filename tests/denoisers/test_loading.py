@@ -119,8 +119,8 @@ def test_bad_inputs_are_one_line_each(files, tmp_path):
     (wrong_config / "unet" / "config.json").write_text(json.dumps({"in_channels": "three"}))
     cases = [
         (tmp_path / "missing.pt", "denoiser checkpoint .*missing.pt does not exist"),
-        (root / "folder", "does not exist; check the path \\(a diffusers folder is named "
-                          "diffusers:FOLDER\\)"),
+        (root / "folder", "folder is a diffusers folder; name it --denoiser diffusers:"),
+        (tmp_path, "is a folder without a checkpoint.pt"),
         ("diffusers:", "diffusers: needs a folder"),
         (f"diffusers:{tmp_path / 'nope'}", "diffusers folder .*nope does not exist"),
         (f"diffusers:{scheduler_only}", "holds no UNet: expected unet/config.json"),

@@ -144,6 +144,51 @@ def test_diffusion_clips_gradients_and_exports_a_diffusers_folder(tmp_path, monk
     assert load_checkpoint(tmp_path / "checkpoint.pt").meta["noise"] is None
 
 
+DIFFUSION = dict(dataset="digits", arch="ddpm_unet", method="diffusion", epochs=2, batch_size=64,
+                 train_size=64, arch_kwargs={"width": 8, "levels": 2, "layers_per_block": 1,
+                                             "timesteps": 50})
+# what safetensors raises when its file write finds the disk full (its Rust error, as text)
+SAFETENSORS_FULL = "Error while serializing: IoError(Os { code: 28, kind: StorageFull })"
+
+
+def test_a_full_disk_at_the_diffusers_export_is_repaired_on_resume(tmp_path, monkeypatch):
+    """Before: --resume said all epochs were done and diffusers/ stayed an epoch behind
+    checkpoint.pt (the two then certify differently), and nothing refused the stale folder."""
+    pytest.importorskip("diffusers")
+    import safetensors.torch
+
+    from smoothcert.denoisers import load_denoiser
+
+    real, count = safetensors.torch.save_file, {"n": 0}
+
+    def save_file(*args, **kwargs):
+        count["n"] += 1
+        if count["n"] == 2:  # epoch 2's export, after its checkpoint was written
+            raise RuntimeError(SAFETENSORS_FULL)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", save_file)
+    with pytest.raises(SmoothcertError, match="disk full while saving epoch 2.*holds epoch 2.*"
+                                              "--resume"):
+        train(TrainConfig(**DIFFUSION), tmp_path, progress=False)
+    monkeypatch.undo()
+    assert load_checkpoint(tmp_path / "checkpoint.pt").meta["epoch"] == 2
+    for spec in (tmp_path, f"diffusers:{tmp_path / 'diffusers'}"):  # behind: refused
+        with pytest.raises(SmoothcertError, match="exported from an older checkpoint.*--resume"):
+            load_denoiser(spec, sigma=0.25)
+    train(TrainConfig(**DIFFUSION), tmp_path, progress=False, resume=True)  # repairs it
+    checkpoint = load_checkpoint(tmp_path / "checkpoint.pt")
+    source = load_denoiser(tmp_path, sigma=0.25)  # a diffusion run folder: its diffusers/
+    assert source.label == f"diffusers:{tmp_path / 'diffusers'}"
+    assert source.sha256 == load_denoiser(f"diffusers:{tmp_path / 'diffusers'}", 0.25).sha256
+    exported = source.module.unet.state_dict()
+    assert {f"unet.{k}" for k in exported} == set(checkpoint.state_dict)
+    assert all(torch.equal(exported[k.removeprefix("unet.")], v)
+               for k, v in checkpoint.state_dict.items())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint.pt", "config.yaml", "diffusers", "log.tsv"]  # no temporary folder left
+
+
 # --------------------------------------------------------------------------- configuration
 def test_optimizer_settings_left_unset_become_the_method_s():
     gaussian = TrainConfig(dataset="digits", arch="digits_cnn", sigma=0.25, epochs=1)

@@ -7,6 +7,7 @@ model is built or saved, so ``import smoothcert`` never needs it.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -19,6 +20,13 @@ from torch import nn
 from ..errors import SmoothcertError, check_count
 
 DIFFUSION_EXTRA = "pip install 'smoothcert[diffusion]'"
+EXPORT_FOLDER = "diffusers"
+"""The sub-folder of a ``train --method diffusion`` run folder that holds the model as a
+diffusers pipeline (``--denoiser diffusers:RUN/diffusers``, or ``--denoiser RUN``)."""
+EXPORT_MARKER = "smoothcert_export.json"
+"""The file in an exported folder that names the checkpoint it was exported from
+(``{"checkpoint_sha256": HEX}``); diffusers ignores it and :func:`~.diffusion.folder_sha256`
+does not read it, so it changes no fingerprint."""
 
 # Ho et al. 2020 §4: T = 1000 steps, β linear from 1e-4 to 0.02; their CIFAR-10 UNet has channel
 # multipliers (1, 2, 2, 2) and self-attention at the 16×16 level, the second one. The UNet's
@@ -72,11 +80,14 @@ class DiffusionModel(nn.Module):
     def forward(self, x_t: torch.Tensor, t) -> torch.Tensor:
         return self.unet(x_t, t).sample
 
-    def save_pretrained(self, folder: str | os.PathLike) -> Path:
+    def save_pretrained(self, folder: str | os.PathLike, marker: dict | None = None) -> Path:
         """Write a diffusers ``DDPMPipeline`` folder: ``model_index.json``, ``unet/``
         (``config.json``, ``diffusion_pytorch_model.safetensors``) and ``scheduler/``
-        (``scheduler_config.json``). It is written into a temporary sibling folder, then renamed
-        into place, so ``folder`` is either the old one or the complete new one. Returns it."""
+        (``scheduler_config.json``), and ``marker`` as :data:`EXPORT_MARKER` when given. It is
+        written into a temporary sibling folder, then renamed into place, so ``folder`` is
+        either the old one or the complete new one (its marker included). Its folders and files
+        get the permissions of a plain ``mkdir`` and ``open`` (0o777 and 0o666 less the umask),
+        not the private ones of a temporary folder. Returns it."""
         diffusers = require_diffusers("saving a diffusion model")
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -84,10 +95,34 @@ class DiffusionModel(nn.Module):
         try:
             pipeline = diffusers.DDPMPipeline(unet=self.unet, scheduler=self.scheduler)
             pipeline.save_pretrained(tmp, safe_serialization=True)
+            if marker is not None:
+                (tmp / EXPORT_MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
+            _follow_umask(tmp)
             _replace_folder(tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return folder
+
+
+def exported_from(folder: str | os.PathLike) -> str | None:
+    """The checkpoint SHA-256 that the :data:`EXPORT_MARKER` of ``folder`` names; None when it
+    has none or it cannot be read (a folder exported by hand, or before markers)."""
+    try:
+        marker = json.loads((Path(folder) / EXPORT_MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    sha = marker.get("checkpoint_sha256") if isinstance(marker, dict) else None
+    return sha if isinstance(sha, str) else None
+
+
+def _follow_umask(folder: Path) -> None:
+    """Give ``folder`` and everything in it the permissions a plain ``mkdir``/``open`` would:
+    ``tempfile.mkdtemp`` makes it 0o700 and safetensors writes its file 0o600, which would make
+    an export private on a shared machine whatever the user's umask says."""
+    mask = os.umask(0o022)  # reading the umask means setting it: put it back at once
+    os.umask(mask)
+    for path in (folder, *folder.rglob("*")):
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def _replace_folder(new: Path, folder: Path) -> None:

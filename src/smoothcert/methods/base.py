@@ -215,6 +215,12 @@ class TrainingMethod(Configurable, abc.ABC):
         folder); nothing by default."""
         return None
 
+    def export_is_current(self, out_dir: Path) -> bool:
+        """Whether the export in ``out_dir`` comes from the checkpoint beside it; a resumed run
+        calls :meth:`export` again when not (an export that failed after its checkpoint was
+        written, e.g. on a full disk). True by default: no export."""
+        return True
+
     def on_epoch_start(self, epoch: int, context: EpochContext) -> None:
         """Called before epoch ``epoch`` (0-based: the number of epochs already completed).
 

@@ -8,12 +8,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..denoisers.ddpm import EXPORT_FOLDER, exported_from
+from ..io import file_sha256
+from ..models.checkpoint import RUN_CHECKPOINT
 from ..tensors import eval_mode
 from .base import TrainingMethod, eval_batches, register_method
 
-EXPORT_FOLDER = "diffusers"
-"""The run folder's sub-folder holding the model as a diffusers pipeline (``--denoiser
-diffusers:RUN/diffusers``)."""
+__all__ = ["EXPORT_FOLDER", "DiffusionTraining", "diffusion_loss", "noised"]
 
 
 def _bare(model: nn.Module) -> nn.Module:
@@ -58,7 +59,9 @@ class DiffusionTraining(TrainingMethod):
     (decay 0.9999) and learning-rate warm-up (5000 steps) are not used. The log's ``test_loss``
     is the same loss on the test split with draws fixed across epochs; ``train_acc`` is NaN. After
     each checkpoint the run folder gets ``diffusers/``, the model as a diffusers pipeline
-    (``certify CLF --denoiser diffusers:RUN/diffusers``).
+    (``certify CLF --denoiser diffusers:RUN/diffusers``, or ``--denoiser RUN``), which names the
+    checkpoint it was exported from; a resumed run exports it again when it does not name the
+    checkpoint beside it (its export failed, e.g. on a full disk).
     """
 
     trains = "diffusion"
@@ -79,5 +82,14 @@ class DiffusionTraining(TrainingMethod):
 
     def export(self, model: nn.Module, out_dir: Path) -> None:
         """``out_dir/diffusers``: the model as a diffusers ``DDPMPipeline`` folder, replaced
-        whole (:meth:`~smoothcert.denoisers.ddpm.DiffusionModel.save_pretrained`)."""
-        _bare(model).save_pretrained(Path(out_dir) / EXPORT_FOLDER)
+        whole (:meth:`~smoothcert.denoisers.ddpm.DiffusionModel.save_pretrained`), naming the
+        SHA-256 of ``out_dir/checkpoint.pt`` (when there is one) in its marker."""
+        checkpoint = Path(out_dir) / RUN_CHECKPOINT
+        marker = {"checkpoint_sha256": file_sha256(checkpoint)} if checkpoint.is_file() else None
+        _bare(model).save_pretrained(Path(out_dir) / EXPORT_FOLDER, marker=marker)
+
+    def export_is_current(self, out_dir: Path) -> bool:
+        """Whether ``out_dir/diffusers`` was exported from ``out_dir/checkpoint.pt``."""
+        checkpoint = Path(out_dir) / RUN_CHECKPOINT
+        return not checkpoint.is_file() or \
+            exported_from(Path(out_dir) / EXPORT_FOLDER) == file_sha256(checkpoint)

@@ -128,15 +128,20 @@ def check_classifier(path, meta: dict) -> None:
                               "and give the classifier as the model")
 
 
-def with_denoiser(source: ModelSource, spec, sigma: float) -> ModelSource:
-    """``source`` behind the denoiser ``spec`` (a denoiser checkpoint path,
+def with_denoiser(source: ModelSource, spec, sigma: float, noise: str | None = None
+                  ) -> ModelSource:
+    """``source`` behind the denoiser ``spec`` (a denoiser checkpoint path or train run folder,
     ``"diffusers:FOLDER"`` or an ``nn.Module``; None: ``source`` itself), loaded for noise level
     ``sigma`` (a diffusion denoiser's t* depends on it) on the classifier's device. A diffusion
     denoiser built for another σ, and a denoiser whose output channels the classifier does not
-    take, are refused."""
+    take, are refused. A denoiser trained at another σ or on another noise than the run's
+    (``noise``; None: not compared) is noted in one line, as a classifier is."""
     if spec is None:
         return source
     denoiser = load_denoiser(spec, sigma, device=source.device)
+    trained = denoiser.trained_noise or {}
+    _note_other_sigma(source, trained, sigma, noise or trained.get("name", "gaussian"),
+                      whose=f"the denoiser {denoiser.label}", noise_alone=True)
     built_for = getattr(denoiser.module, "sigma", None) if denoiser.timestep is not None \
         else None
     if built_for is not None and not math.isclose(float(built_for), sigma, rel_tol=1e-9):
@@ -162,7 +167,8 @@ def sigma_and_noise(sigma, noise: str | None, source: ModelSource,
     A σ other than the one the checkpoint was trained at is allowed (e.g. a σ sweep of one
     model) but noted in one line on stderr (a logging warning): a mistyped ``--sigma`` would
     otherwise pass silently. Not for a checkpoint trained without noise, and not behind
-    a denoiser (``denoised``), where the classifier is not meant to see the noise."""
+    a denoiser (``denoised``), where the classifier is not meant to see the noise. Ensemble
+    members of other σ or noise need them given (``Ensemble.training_noise``); noted per member."""
     meta = source.meta
     stored = meta.get("noise") or {}
     if isinstance(sigma, tuple(NOISES.values())):
@@ -170,7 +176,9 @@ def sigma_and_noise(sigma, noise: str | None, source: ModelSource,
         if noise is not None and noise != name:
             raise SmoothcertError(f"noise {noise!r} disagrees with the noise object {sigma!r}")
         sigma, noise = sigma.scalar_sigma(), name
-    elif sigma is None:
+    members = getattr(source.classifier, "training_noise", None)  # an ensemble's members
+    stored, members_note = members(sigma, noise) if members else (stored, None)
+    if sigma is None:
         if meta and not stored:  # e.g. train --method standard: the classifier saw no noise
             raise SmoothcertError(f"the checkpoint {source.label} was trained without noise; "
                                   "pass --sigma")
@@ -180,23 +188,29 @@ def sigma_and_noise(sigma, noise: str | None, source: ModelSource,
     noise = noise if noise is not None else stored.get("name", "gaussian")
     sigma = check_positive_finite("sigma", plain(sigma))
     NOISES[noise].check_sigma(sigma)  # e.g. the discrete Gaussian's bound, before any note
-    if not denoised:
+    if members_note is not None and not denoised:  # no member's noise stands for the rest
+        log.warning("note: certifying with %s noise at sigma %s; %s", noise, sigma, members_note)
+    elif not denoised:
         _note_other_sigma(source, stored, sigma, noise)
     return sigma, noise
 
 
-def _note_other_sigma(source: ModelSource, stored: dict, sigma: float, noise: str) -> None:
-    """One line when the run's σ differs from the checkpoint's training σ (naming the noise
-    too where it differs)."""
-    trained = stored.get("sigma")
-    if not isinstance(trained, numbers.Real) or isinstance(trained, bool):
-        return  # no training noise recorded (a module, a standard checkpoint, an odd meta)
-    trained_noise = stored.get("name", "gaussian")
-    if math.isclose(float(trained), sigma, rel_tol=1e-12):
-        return  # another noise at the same σ is a comparison of noises, not a slip
+def _note_other_sigma(source: ModelSource, stored: dict, sigma: float, noise: str, *,
+                      whose: str | None = None, noise_alone: bool = False) -> None:
+    """One line when the run's σ differs from the training σ in ``stored`` (a meta's
+    ``noise``) of ``whose`` (default: ``source``'s checkpoint), naming the noise too where it
+    differs. With ``noise_alone`` (a denoiser, trained to remove one noise) another noise is
+    noted at the same σ too, and against a noise stored without σ (a diffusion model)."""
+    trained, trained_noise = stored.get("sigma"), stored.get("name", "gaussian")
+    known = isinstance(trained, numbers.Real) and not isinstance(trained, bool)
+    same = not known or math.isclose(float(trained), sigma, rel_tol=1e-12)
+    if (not known and not (noise_alone and "name" in stored)) or \
+            (same and (not noise_alone or noise == trained_noise)):
+        return  # nothing recorded, or (a classifier) a comparison of noises at its σ
     what = f"{noise} noise at sigma {sigma}" if noise != trained_noise else f"sigma {sigma}"
-    log.warning("note: certifying with %s; the checkpoint %s was trained with %s noise at "
-                "sigma %s", what, source.label, trained_noise, float(trained))
+    log.warning("note: certifying with %s; %s was trained with %s noise%s", what,
+                whose or f"the checkpoint {source.label}", trained_noise,
+                f" at sigma {float(trained)}" if known else "")
 
 
 def check_denoiser(source: ModelSource, denoiser: str | None, timestep: int | None) -> None:

@@ -7,7 +7,8 @@ A run lives in one folder::
                         records the epoch's cost: ``seconds`` and ``peak_mem_mb``
     DIR/checkpoint.pt   weights + metadata + everything needed to resume (written after each epoch)
     DIR/diffusers/      ``--method diffusion`` only: the model as a diffusers pipeline folder,
-                        rewritten after each checkpoint (the method's export hook)
+                        rewritten after each checkpoint (the method's export hook); naming the
+                        checkpoint it comes from, so a resumed run rewrites one left behind
     DIR/train.lock      while a run writes DIR: a second run into DIR is refused (one line)
 
 Each epoch's log row is appended just before its checkpoint is written (atomically), and cut
@@ -62,7 +63,9 @@ from ..io import (
     trim_tsv,
     write_text_atomic,
 )
-from ..models.checkpoint import RUN_CHECKPOINT, load_checkpoint, save_checkpoint
+from ..methods import build_method
+from ..models.checkpoint import RUN_CHECKPOINT, load_checkpoint, model_from_loaded, save_checkpoint
+from ..runs.progress import check_progress
 from .config import TrainConfig
 from .distributed import World, join
 from .trainer import Trainer
@@ -74,7 +77,7 @@ CHECKPOINT, LOG, CONFIG, LOCK = RUN_CHECKPOINT, "log.tsv", "config.yaml", "train
 
 # --------------------------------------------------------------------------- run folder
 def train(
-    config: TrainConfig, out_dir, device="cpu", resume: bool = False, progress: bool = True,
+    config: TrainConfig, out_dir, device="cpu", resume: bool = False, progress=True,
     workers: int | None = None, epoch_lines: bool = False,
 ) -> Path:
     """Train the model ``config`` says (a base classifier, a denoiser or a diffusion model, as its
@@ -86,9 +89,11 @@ def train(
     uninterrupted run. A run whose epochs are all done returns at once. ``workers`` processes
     decode an image folder's batches ahead of the step (default: one per core but one, at most
     8; 0 decodes in the step); data in memory need none. Crops and flips come from (seed, epoch,
-    idx), so the weights do not depend on ``workers``. Each epoch's log row is also written to
-    stderr as one line when ``progress`` draws bars, or when ``epoch_lines`` asks for it without
-    bars (a log file, SLURM): rank 0 only.
+    idx), so the weights do not depend on ``workers``. ``progress`` (``runs.progress.MODES``):
+    False, True or ``"bar"`` (a bar per epoch), ``"lines"`` (a plain line every 30 s within
+    each epoch, for a log). Each epoch's log row is also written to stderr as one line when
+    ``progress`` shows any, or when ``epoch_lines`` asks for it without (a log file, SLURM):
+    rank 0 only.
 
     Data-parallel: launched by ``torchrun --nproc-per-node K`` (``WORLD_SIZE`` = K > 1), every
     process calls this with the same arguments; they join a process group (gloo on CPU, NCCL on
@@ -113,23 +118,26 @@ def train(
     checkpoint holds, which resumes; a fresh run that fails before its first checkpoint leaves
     nothing behind (see the module's docstring).
     """
+    check_progress(progress)  # before the run folder is made
     with join(device) as world:
         return _train(config, Path(out_dir), world, resume, progress, workers, epoch_lines)
 
 
-def _train(config: TrainConfig, out: Path, world: World, resume: bool, progress: bool,
+def _train(config: TrainConfig, out: Path, world: World, resume: bool, progress,
            workers: int | None = None, epoch_lines: bool = False) -> Path:
     path = out / CHECKPOINT
     with _RunFolder(out, world.is_main) as folder:
         checkpoint = _checkpoint_to_resume(config, path, resume)
         if checkpoint is not None:
             folder.saved = checkpoint.meta["epoch"]
+            if world.is_main:
+                folder.repair_export(config, checkpoint)
             if folder.saved >= config.epochs:
                 log.warning("%s: all %d epochs are done; nothing to train", path, config.epochs)
                 return path
         trainer = Trainer(config, world.device, load_init=checkpoint is None, world=world,
                           workers=workers)
-        progress = progress and world.is_main
+        progress = progress if world.is_main else False  # a mode: "lines" stays
         say = progress or (epoch_lines and world.is_main)
         if checkpoint is not None:
             trainer.load(checkpoint)
@@ -252,13 +260,27 @@ class _RunFolder:
         try:
             _save(path, trainer)
         except BaseException as e:
-            if _file_id(path) != before:  # the new checkpoint is there (its export failed)
+            written = _file_id(path) != before  # the new checkpoint is there (its export failed)
+            if written:
                 self.saved = epoch
             elif epoch_log is not None:
                 epoch_log.cut(mark)
-            self._raise_if_disk_full(e, path, epoch)
+            self._raise_if_disk_full(e, self.out if written else path, epoch)
             raise
         self.saved = epoch
+
+    def repair_export(self, config: TrainConfig, checkpoint) -> None:
+        """Bring the method's export (e.g. ``diffusers/``) up to date with the checkpoint being
+        resumed: an export that failed after its checkpoint was written (a full disk) would
+        otherwise stay an epoch behind it for good, since the epoch is done."""
+        method = build_method(config.method, **config.method_params)
+        if method.export_is_current(self.out):
+            return
+        model, _ = model_from_loaded(checkpoint, self.out / CHECKPOINT)
+        with self.writing(self.out, self.saved):
+            method.export(model, self.out)
+        log.warning("%s: the export beside the checkpoint was behind it (epoch %d); written "
+                    "again", self.out, self.saved)
 
     @contextlib.contextmanager
     def writing(self, file: Path, epoch: int | None):
