@@ -9,7 +9,8 @@ The fixtures under ``tests/fixtures/upgrade`` are files of each old version, nev
   checkpoint by commit 7172e1a (manifest version 1: ``batch`` in the identity, Step 7's
   certifier names); ``records/v2_*``: the same runs by commit 867249f (version 2: ``chunk``);
   ``records/v3_*``: the same runs, and an attack, by commit 3412f4d (version 3: the identity's
-  ``task`` and the manifest's ``kind``).
+  ``task`` and the manifest's ``kind``); ``records/v4_*``: the same runs by commit ef4edc6
+  (version 4: ``certifier``; PREDICT's vote counts named ``count`` and ``runner_up``).
 - ``corpus/``: manifests of the committed study records (with their first rows), the configs and
   the recipe of committed runs: every shape the corpus holds.
 """
@@ -83,7 +84,8 @@ def test_an_old_manifest_is_the_identity_a_rerun_computes(path):
         return
     new = upgrade_manifest(old)
     assert new["format_version"] == MANIFEST_VERSION and "kind" not in new
-    assert new["identity"]["certifier"] == old["identity"]["task"] or old["identity"]["task"] in \
+    named = old["identity"].get("task", old["identity"].get("certifier"))  # "task" until v4
+    assert new["identity"]["certifier"] == named or named in \
         ("uniform", "data-dependent-uniform")  # Step 7's names: the upgrade renames them
     identity = new["identity"]
     fields = {**identity, "batch": 333}
@@ -120,14 +122,17 @@ def test_the_manifest_chain_composes_step_by_step():
     four = _MANIFEST_STEPS[2](three)
     assert "kind" not in four and four["identity"]["certifier"] == "certify"
     assert "task" not in four["identity"]
-    assert upgrade_manifest(old) == {**four, "format_version": 4}
+    five = _MANIFEST_STEPS[3](four)
+    assert five == four  # a CERTIFY file: its columns keep their names
+    assert upgrade_manifest(old) == {**five, "format_version": 5}
     assert upgrade_manifest({**two, "format_version": 2}) == upgrade_manifest(old)
     assert upgrade_manifest({**three, "format_version": 3}) == upgrade_manifest(old)
+    assert upgrade_manifest({**four, "format_version": 4}) == upgrade_manifest(old)
     assert upgrade_manifest(upgrade_manifest(old)) == upgrade_manifest(old)  # current: unchanged
 
 
 @pytest.mark.parametrize("change, match", [
-    ({"format_version": 5}, "record manifest format version 5 is newer than this smoothcert"),
+    ({"format_version": 6}, "record manifest format version 6 is newer than this smoothcert"),
     ({"format_version": "3"}, "format_version must be an integer >= 1"),
     ({"identity": {"batch": 0, "task": "certify"}}, "identity batch must be an integer >= 1"),
 ])
@@ -140,7 +145,7 @@ def test_an_unreadable_manifest_version_is_one_clear_error(tmp_path, change, mat
         read_manifest(path)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
+@pytest.mark.parametrize("version", ["v1", "v2", "v3", "v4"])
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_an_old_record_file_resumes_with_the_rows_its_version_drew(tmp_path, version, name):
     # The fixture's last two rows are dropped and recomputed by today's runner (another
@@ -158,11 +163,15 @@ def test_an_old_record_file_resumes_with_the_rows_its_version_drew(tmp_path, ver
     assert manifest_path(out).read_bytes() == manifest_path(source).read_bytes()  # not rewritten
 
 
-def test_a_version_3_attack_file_resumes_as_the_attack_certifier(tmp_path):
-    # Version 3 named the attack an evaluation: manifest kind "attack", identity task "attack".
-    source = FIXTURES / "records" / "v3_attack.tsv"
+@pytest.mark.parametrize("version", ["v3", "v4"])
+def test_an_old_attack_file_resumes_as_the_attack_certifier(tmp_path, version):
+    # Version 3 named the attack an evaluation: manifest kind "attack", identity task "attack";
+    # version 4 names it certifier "attack".
+    source = FIXTURES / "records" / f"{version}_attack.tsv"
     old = raw(manifest_path(source))
-    assert (old["kind"], old["identity"]["task"], old["format_version"]) == ("attack", "attack", 3)
+    named = (old.get("kind"), old["identity"].get("task", old["identity"].get("certifier")))
+    assert named == (("attack", "attack") if version == "v3" else (None, "attack"))
+    assert old["format_version"] == int(version[1])
     out = tmp_path / source.name
     out.write_text("".join(source.read_text().splitlines(keepends=True)[:3]))
     shutil.copy(manifest_path(source), manifest_path(out))
@@ -186,8 +195,61 @@ def test_a_new_manifest_names_the_certifier_once(tmp_path):
     certify_dataset(str(CHECKPOINT), load_dataset("digits", "test"), n0=20, n=50, skip=90,
                     max_count=1, out=out)
     written = raw(manifest_path(out))
-    assert written["format_version"] == MANIFEST_VERSION == 4 and "kind" not in written
+    assert written["format_version"] == MANIFEST_VERSION == 5 and "kind" not in written
     assert written["identity"]["certifier"] == "certify" and "task" not in written["identity"]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2", "v3", "v4"])
+def test_an_old_predict_file_reads_its_vote_counts_as_nA_and_nB(version):
+    # Until version 5 PREDICT named the two top counts ``count`` and ``runner_up``, while the
+    # runner-up and L-bound certifiers' ``runner_up`` is a class: read through the upgrade,
+    # they are Cohen et al.'s nA and nB (Algorithm PREDICT), the file on disk unchanged.
+    source = FIXTURES / "records" / f"{version}_predict_uniform.tsv"
+    before = source.read_bytes(), manifest_path(source).read_bytes()
+    header, *lines = source.read_text().splitlines()
+    assert "\tcount\trunner_up\t" in header
+    raw_rows = [dict(zip(header.split("\t"), line.split("\t"))) for line in lines]
+    records = read_records(source)
+    assert records.columns_order[5:8] == ("nA", "nB", "pvalue")
+    assert "count" not in records and "runner_up" not in records
+    assert records.manifest["columns"] == list(records.columns_order)
+    assert [int(v) for v in records["nA"]] == [int(r["count"]) for r in raw_rows]
+    assert [int(v) for v in records["nB"]] == [int(r["runner_up"]) for r in raw_rows]
+    assert (source.read_bytes(), manifest_path(source).read_bytes()) == before
+
+
+def test_an_old_predict_file_grows_and_still_reads(tmp_path):
+    # Dropping --max rewrites the manifest (its index list) in today's version, with today's
+    # column names, above the file's old header, which is never rewritten: the file still
+    # reads, and its last row, redone, sits under the old names' positions.
+    source = FIXTURES / "records" / "v4_predict_uniform.tsv"
+    out = tmp_path / source.name
+    out.write_text("".join(source.read_text().splitlines(keepends=True)[:4]))
+    shutil.copy(manifest_path(source), manifest_path(out))
+    rows = certify_dataset(str(CHECKPOINT), load_dataset("digits", "test"), certifier="predict",
+                           noise="uniform", n=300, batch=1000, skip=90, out=out)
+    written = raw(manifest_path(out))
+    assert written["format_version"] == MANIFEST_VERSION and written["indices"]["max_count"] is None
+    assert written["columns"][5:7] == ["nA", "nB"]
+    assert out.read_text().splitlines()[0] == source.read_text().splitlines()[0]  # old header
+    assert timeless(read_records(out).rows()) == timeless(read_records(source).rows())
+    assert timeless(rows) == timeless(read_records(source).rows())
+
+
+def test_a_new_predict_file_names_its_counts_nA_and_nB(tmp_path):
+    from smoothcert.certifiers.columns import RUNNER_UP
+    from smoothcert.runs.schema import known_columns
+
+    out = tmp_path / "p.tsv"
+    rows = certify_dataset(str(CHECKPOINT), load_dataset("digits", "test"), certifier="predict",
+                           n=100, skip=90, max_count=2, out=out)
+    header = out.read_text().splitlines()[0].split("\t")
+    assert header[5:8] == ["nA", "nB", "pvalue"] and "runner_up" not in header
+    assert all(r["nA"] >= r["nB"] and r["nA"] + r["nB"] <= 100 for r in rows)
+    columns = known_columns()
+    assert columns["nB"].rule == "nB is a count, an integer >= 0"  # one rule: the runner-up's
+    assert columns["runner_up"] is RUNNER_UP and "class" in RUNNER_UP.rule
+    assert "count" not in RUNNER_UP.rule
 
 
 def test_an_old_record_file_resumes_under_its_old_certifier_name(tmp_path, caplog):

@@ -64,9 +64,10 @@ class Registry(dict):
             if name in self:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             self[name] = entry
-            if isinstance(entry, type) and issubclass(entry, Configurable) \
-                    and not entry.__dict__.get("name"):
-                entry.name = name
+            if isinstance(entry, type) and issubclass(entry, Configurable):
+                if not entry.__dict__.get("name"):
+                    entry.name = name
+                entry.family = self  # its siblings: an error names the one that takes a key
             return entry
 
         return add
@@ -114,7 +115,7 @@ def option_values(options) -> dict[str, Any]:
 
 
 def parse_options(kind: str, name: str, options_cls: type[T], given: Mapping[str, Any], *,
-                  what: str = "option") -> T:
+                  what: str = "option", others: Mapping[str, type] | None = None) -> T:
     """``options_cls`` built from ``given`` (KEY -> value), the other fields at their defaults.
 
     A value may be typed (a recipe, the Python API) or text from ``KEY=VALUE`` (the CLI); either
@@ -125,19 +126,37 @@ def parse_options(kind: str, name: str, options_cls: type[T], given: Mapping[str
     Guarantee: the result's :func:`option_values` are typed as annotated, so equal settings give
     equal values whatever spelling they arrived in. Raises one :class:`SmoothcertError` line
     naming ``kind`` ``name`` (e.g. method 'catrs'), the key, and the valid keys (an unknown
-    key; ``what`` is the family's word for an option) or the allowed values (a bad value).
+    key; ``what`` is the family's word for an option; ``others``, the family's other plug-ins'
+    ``Options`` by name, to say which of them takes it) or the allowed values (a bad value).
     """
     fields = {f.name: f for f in dataclasses.fields(options_cls)}
     unknown = [key for key in given if key not in fields]
     if unknown:
-        raise SmoothcertError(f"unknown {what}(s) {', '.join(map(str, unknown))} for {kind} "
-                              f"{name!r}; valid: {', '.join(fields) or '(none)'}")
+        raise SmoothcertError(_unknown_options(kind, name, what, unknown, fields, others or {}))
     hints = _type_hints(options_cls)
     try:
         values = {key: _converted(fields[key], hints[key], value) for key, value in given.items()}
         return options_cls(**values)
     except SmoothcertError as err:
         raise SmoothcertError(f"{kind} {name!r}: {err}") from None
+
+
+def _unknown_options(kind: str, name: str, what: str, unknown: list, fields: Mapping,
+                     others: Mapping[str, type]) -> str:
+    """The one line for keys a plug-in does not take: its valid keys (or that it takes none),
+    and which other plug-ins of its family take each key."""
+    keys = ", ".join(map(str, unknown))
+    said = (f"unknown {what}(s) {keys} for {kind} {name!r}; valid: {', '.join(fields)}"
+            if fields else f"{kind} {name!r} takes no {what}s, got {keys}")
+    article = "an" if what[:1] in "aeiou" else "a"
+    for key in unknown:
+        owners = sorted(repr(other) for other, options in others.items() if other != name
+                        and key in {f.name for f in dataclasses.fields(options)})
+        if owners:
+            listed = owners[0] if len(owners) == 1 else \
+                f"{', '.join(owners[:-1])} and {owners[-1]}"
+            said += f"; {key} is {article} {what} of {kind}{'s' * (len(owners) > 1)} {listed}"
+    return said
 
 
 def describe_options(options_cls: type) -> list[str]:
@@ -322,6 +341,7 @@ class Configurable:
     plugin_kind: ClassVar[str] = "plug-in"
     option_word: ClassVar[str] = "option"
     name: str = ""
+    family: ClassVar[Mapping[str, type] | None] = None  # the registry it was registered in
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -335,8 +355,10 @@ class Configurable:
                             "keyword options, not both")
         if settings is not None:
             given = option_values(settings)  # re-parsed: typed as annotated whoever built it
+        others = {name: cls.Options for name, cls in (self.family or {}).items()
+                  if isinstance(cls, type) and issubclass(cls, Configurable)}
         self.settings = parse_options(self.plugin_kind, self.name or type(self).__name__,
-                                      self.Options, given, what=self.option_word)
+                                      self.Options, given, what=self.option_word, others=others)
         for key, value in option_values(self.settings).items():
             setattr(self, key, value)
         self.setup()

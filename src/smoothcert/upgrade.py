@@ -6,7 +6,8 @@ checkpoint's meta) and checkpoints. Files written before Step 11 carry none (che
 version 1 from the start); their version is read from their shape. Reading a file upgrades it in
 memory through a chain of small functions, one per version step (k → k+1), each saying what
 changed and when; a file on disk is never rewritten by reading it. The rest of the package sees
-only the current formats: :func:`upgrade_manifest`, :func:`upgrade_config` and
+only the current formats: :func:`upgrade_manifest` (with :func:`upgrade_header` for a record
+file's header), :func:`upgrade_config` and
 :func:`upgrade_checkpoint` are called where those files are read (``runs/records.py``,
 ``training/config.py`` and ``training/recipes.py``, ``models/checkpoint.py``).
 
@@ -157,7 +158,39 @@ def _manifest_3_to_4(manifest: dict) -> dict:
     return {**rest, "identity": identity}
 
 
-_MANIFEST_STEPS = (_manifest_1_to_2, _manifest_2_to_3, _manifest_3_to_4)
+OLD_PREDICT_COLUMNS = {"count": "nA", "runner_up": "nB"}
+"""PREDICT's vote-count columns before version 5 -> their names since (:func:`_manifest_4_to_5`)."""
+
+
+def _manifest_4_to_5(manifest: dict) -> dict:
+    """Version 4 → 5, Step 15: PREDICT's vote counts are ``nA`` and ``nB``.
+
+    Until then a PREDICT file named the votes of its top two classes ``count`` and
+    ``runner_up``, while the runner-up and L-bound certifiers' ``runner_up`` is a class: one
+    name, two meanings. Since, PREDICT names them as Cohen et al.'s Algorithm PREDICT does
+    (n_A, n_B: the counts its binomial test compares), so ``nA`` is the top class's votes and
+    ``nB`` the runner-up's votes in every file that has them (the runner-up certifier's
+    ``nB`` already was), and ``runner_up`` is always a class. The rows are unchanged; the
+    header of such a file on disk keeps the old names and reads through
+    :func:`upgrade_header`."""
+    if manifest["identity"].get("certifier") != "predict" or \
+            not isinstance(manifest.get("columns"), list):
+        return manifest
+    return {**manifest, "columns": upgrade_header(manifest["columns"])}
+
+
+def upgrade_header(header):
+    """A record file's column names in today's spelling (a tuple or list, as given): a PREDICT
+    header from before manifest version 5 (``count``, ``runner_up`` beside ``pvalue``: no
+    other file has that triple) names its vote counts ``nA`` and ``nB``. Keyed on the header,
+    not the manifest's version, because a file's header is never rewritten: a file grown by a
+    later version (a larger ``--max``) has a current manifest above its old header."""
+    if "pvalue" not in header or not set(OLD_PREDICT_COLUMNS) <= set(header):
+        return header
+    return type(header)(OLD_PREDICT_COLUMNS.get(name, name) for name in header)
+
+
+_MANIFEST_STEPS = (_manifest_1_to_2, _manifest_2_to_3, _manifest_3_to_4, _manifest_4_to_5)
 MANIFEST_VERSION = len(_MANIFEST_STEPS) + 1
 # Grad-norm manifests (46c8849, 2026-11-22) have one layout so far: version 1, stated since
 # Step 11. Their first change adds its step here.

@@ -263,8 +263,8 @@ def test_double_epsilon_epoch_is_recomputed_at_every_epoch_start():
         ({"confidence_mask": 1}, "confidence_mask must be true or false"),
         ({"double_epsilon_epoch": -2}, "double_epsilon_epoch must be an integer >= 0"),
         ({"target": "nope"}, "target must be one of teacher, self"),
-        ({}, "needs teacher_checkpoint=PATH: train the teacher with the gaussian method.*"
-             "or choose the named variant target=self"),
+        ({}, "needs --param teacher_checkpoint=PATH .*: train the teacher with the gaussian "
+             "method.*or choose the named variant --param target=self"),
         ({"target": "self", "teacher_checkpoint": "t.pt"}, "only read with target='teacher'"),
         ({"teacher_checkpoint": ""}, "teacher_checkpoint must be a path"),
         ({"teacher_sigma": 0.0, "teacher_checkpoint": "t.pt"},

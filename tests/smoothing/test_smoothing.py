@@ -9,6 +9,11 @@ from conftest import Halfspace
 from smoothcert import Gaussian, SmoothcertError, Smoothed, clopper_pearson_lower
 from smoothcert.smoothing.engine import BatchedVotes
 
+# The oracles' points lie off [0, 1] on purpose (their radii are exact on all of R^d): the
+# warning that says so to a user (smoothed.InputRangeWarning) is expected here.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::smoothcert.smoothing.smoothed.InputRangeWarning")
+
 
 def point(d):
     """A 2-D input at signed distance d from the hyperplane x₀ = 0 (shape (1, 1, 2))."""

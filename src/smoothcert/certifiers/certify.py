@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+
+from ..noise.base import NOISES
+from ..stats import clopper_pearson_lower
 from .certifier import CERTIFY_COLUMNS, Certifier, certificate_row, register_certifier
+
+log = logging.getLogger(__name__)
 
 
 @register_certifier("certify")
@@ -20,7 +27,52 @@ class Certify(Certifier):
     columns = CERTIFY_COLUMNS
     needs_n0 = True
 
+    def check(self, config):
+        """A note when ``n`` draws at level α cannot certify any input (:func:`best_certify`)."""
+        noise = NOISES[config.noise](config.sigma)
+        note_too_few_draws(config, lambda n: best_certify(n, config.alpha, noise.radius))
+
     def program(self, run, x, label, idx, generator):
         cfg = run.config
         c = yield from run.smoothed.certify_program(x, cfg.n0, cfg.n, cfg.alpha, generator)
         return certificate_row(c, label)
+
+
+def best_certify(n: int, alpha: float, radius: Callable[[float], float]) -> str | None:
+    """Why CERTIFY with ``n`` estimation draws at level ``alpha`` abstains on every input, or
+    None when it need not. Its best case is n votes of n for ĉ_A: p_lower = α^(1/n)
+    (Clopper–Pearson with k = n), a radius > 0 exactly when p_lower > ½ (n > log2(1/α))."""
+    p_lower = clopper_pearson_lower(n, n, alpha)
+    if p_lower < 0.5:
+        return f"even {n} votes of {n} give p_lower {p_lower:.4g} < 1/2"
+    if radius(p_lower) <= 0:
+        return f"even {n} votes of {n} give radius {radius(p_lower):.3g}"
+    return None
+
+
+def note_too_few_draws(config, best: Callable[[int], str | None],
+                       verb: str = "certify") -> None:
+    """One note (a logging warning, said before any work) when ``best(config.n)`` says why no
+    input can get a certificate (or, for PREDICT, a class) from ``n`` draws at level α, naming
+    the smallest n that can (``best`` is monotone: once None, None for every larger n)."""
+    why = best(config.n)
+    if why is None:
+        return
+    smallest = _smallest_n(best, config.n)
+    fix = f"use --n at least {smallest}" if smallest is not None else "no --n can"
+    log.warning("note: --n %d at --alpha %g cannot %s any input: %s, so every row will "
+                "abstain; %s", config.n, config.alpha, verb, why, fix)
+
+
+def _smallest_n(best: Callable[[int], str | None], fails: int) -> int | None:
+    """The smallest n > ``fails`` with ``best(n)`` None (doubling, then bisection); None when
+    no n up to 2**53 (the largest count the CLI takes) has it."""
+    low, high = fails, 2 * fails + 1
+    while best(high) is not None:
+        if high > 2**53:
+            return None
+        low, high = high, 2 * high
+    while high - low > 1:  # best(low) fails, best(high) works
+        mid = (low + high) // 2
+        low, high = (low, mid) if best(mid) is None else (mid, high)
+    return high

@@ -6,8 +6,10 @@ columns it adds (``Certifier.column_rules``) and the rules that tie them togethe
 checks every record file against them. :data:`CERTIFY_RULES` are the columns of Cohen et al.'s
 files and of CERTIFY, which every file that certifies a radius starts with. A column name means
 one thing in every file that has it (two plug-ins that declare one name must declare the same
-rule), so ``runner_up`` — the runner-up's vote count in PREDICT files, its class in L-bound
-files — has the one rule :data:`RUNNER_UP`.
+rule): ``nA`` and ``nB`` are vote counts (of the selected class and of the runner-up), and
+``runner_up`` is a class (:data:`RUNNER_UP`), in every file that has them. PREDICT files named
+their counts ``count`` and ``runner_up`` until manifest version 5; they read through
+:mod:`smoothcert.upgrade`.
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ def prediction(name: str) -> Column:
     return Column("int", f"{name} is a class (an integer >= 0) or -1 (abstention)", low=-1)
 
 
+def a_class(name: str) -> Column:
+    """A class index; the schema checks it against the run's classes, as it does a label."""
+    return Column("int", f"{name} is a class, an integer >= 0", low=0)
+
+
 def flag(name: str) -> Column:
     return Column("int", f"{name} is 0 or 1", low=0, high=1)
 
@@ -78,7 +85,8 @@ def abstention_has_radius_zero(radius: str, predict: str) -> Relation:
                     lambda r, p: f"{radius} is {r} with {predict} -1; an abstention has radius 0")
 
 
-RUNNER_UP = Column("int", "runner_up is an integer >= 0 (a count, or a class)", low=0)
+RUNNER_UP = a_class("runner_up")
+"""The runner-up's class (the runner-up and L-bound certifiers); its votes are ``nB``."""
 
 CERTIFY_RULES: dict[str, Column] = {
     # Cohen et al.'s columns, first in every file that certifies a radius

@@ -31,6 +31,7 @@ from ..errors import SmoothcertError
 from ..smoothing.engine import Draws
 from ..stats import clopper_pearson_lower
 from .certifier import CERTIFY_COLUMNS, Certifier, register_certifier
+from .certify import note_too_few_draws
 from .columns import RUNNER_UP, Relation, count, probability
 
 
@@ -96,6 +97,13 @@ class RunnerUp(Certifier):
     needs_n0 = True
     noises = ("gaussian",)
 
+    def check(self, config):
+        """A note when ``n`` draws at level α cannot certify any input: the best case, n votes
+        of n, is the two-class certificate for every number of classes (p_upper is capped at
+        1 − p_lower, which is reached with two classes and smaller than the others' bounds
+        with more), a radius > 0 exactly when (α/2)^(1/n) > ½, n > log2(2/α)."""
+        note_too_few_draws(config, lambda n: best_runner_up(n, config.alpha, config.sigma))
+
     def program(self, run, x, label, idx, generator):
         cfg, smoothed = run.config, run.smoothed
         x = smoothed.prepare_input(x, generator)
@@ -107,3 +115,12 @@ class RunnerUp(Certifier):
                 "p_lower": c.p_lower, "nA": c.count, "n0": cfg.n0, "n": c.n,
                 "alpha": c.alpha, "sigma": c.sigma, "runner_up": c.runner_up,
                 "nB": c.runner_up_count, "pB_upper": c.p_upper}
+
+
+def best_runner_up(n: int, alpha: float, sigma: float) -> str | None:
+    """Why the runner-up's bound with ``n`` draws at level ``alpha`` abstains on every input,
+    or None (:meth:`RunnerUp.check`)."""
+    c = runner_up_certificate(0, [n, 0], alpha, sigma)
+    if not c.abstained and c.radius > 0:
+        return None
+    return f"even {n} votes of {n} give p_lower {c.p_lower:.4g} <= p_upper {c.p_upper:.4g}"

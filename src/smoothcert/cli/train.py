@@ -18,7 +18,7 @@ from .common import (
     default_text,
     is_main_rank,
     parse_params,
-    progress_bars,
+    progress_mode,
     resolve_device,
     with_default,
     workers_arg,
@@ -142,7 +142,7 @@ def cmd_train(args):
         args.out,
         device=resolve_device(args.device),
         resume=args.resume,
-        progress=progress_bars(args),
+        progress=progress_mode(args),  # off a terminal: a line every 30 s within epochs
         workers=args.workers,
         epoch_lines=True,  # without bars too: a log (SLURM, `make demo > log`) shows each epoch
     )

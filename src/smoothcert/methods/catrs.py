@@ -454,7 +454,7 @@ def _check_target(target) -> str:
 _HOW_TO_TEACH = (
     "train the teacher with the gaussian method at σ_T (e.g. smoothcert train --config "
     "configs/<dataset>/gaussian_teacher_s025.yaml --out runs/teacher), or choose the named "
-    "variant target=self (the model's own mean softmax; not the paper's method)")
+    "variant --param target=self (the model's own mean softmax; not the paper's method)")
 
 
 def _check_teacher(target: str, path) -> str | None:
@@ -463,7 +463,8 @@ def _check_teacher(target: str, path) -> str | None:
     if target == "teacher" and path is None:
         raise SmoothcertError(
             "catrs trains toward the smoothed prediction of a Gaussian-trained teacher and "
-            "needs teacher_checkpoint=PATH: " + _HOW_TO_TEACH)
+            "needs --param teacher_checkpoint=PATH (in Python or a recipe, the "
+            "hyperparameter teacher_checkpoint): " + _HOW_TO_TEACH)
     if target == "self" and path is not None:
         raise SmoothcertError(
             "teacher_checkpoint is only read with target='teacher'; drop it or set that target"

@@ -33,7 +33,7 @@ from ..io import (
     write_json_atomic,
     write_text_atomic,
 )
-from ..upgrade import MANIFEST_VERSION, VERSION_KEY, upgrade_manifest
+from ..upgrade import MANIFEST_VERSION, VERSION_KEY, upgrade_header, upgrade_manifest
 from .schema import check_header, check_rows, parse_columns, parse_unknown, row_rules
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ def _resume(path: Path, columns: Sequence[str], manifest: dict) -> set[int]:
     old = read_manifest(path)
     if old is None:
         raise SmoothcertError(f"{path} exists but has no manifest; choose another --out")
-    _check_same_identity(path, old, manifest)
+    _check_same_run(path, old, manifest, "use another --out or the original settings")
     try:  # what read_records accepts, checked before anything is changed
         records = _load(path)
     except SmoothcertError as e:
@@ -176,14 +176,15 @@ def _resume(path: Path, columns: Sequence[str], manifest: dict) -> set[int]:
     return set(int(i) for i in records["idx"])
 
 
-def _check_same_identity(path: Path, old: dict, new: dict) -> None:
-    a, b = old.get("identity", {}), new.get("identity", {})
-    if a != b or old.get("columns") != new.get("columns"):
-        keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)) or ["columns"]
-        raise SmoothcertError(
-            f"{path} was made with a different configuration (differs in: {', '.join(keys)}); "
-            "use another --out or the original settings"
-        )
+def _check_same_run(path, old: dict, new: dict, fix: str) -> None:
+    """Refuse ``path`` when manifests ``old`` and ``new`` are of different runs: one line naming
+    the identity fields that differ (then ``columns``, if they do), and ``fix``."""
+    a, b = old.get("identity") or {}, new.get("identity") or {}
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    keys += ["columns"] if old.get("columns") != new.get("columns") else []
+    if keys:
+        raise SmoothcertError(f"{path} was made with a different configuration (differs in: "
+                              f"{', '.join(keys)}); {fix}")
 
 
 def _make_parent(path: Path) -> None:
@@ -281,7 +282,7 @@ def _load(path: Path) -> Records:
     (:func:`_blocks`), each checked before the next is read: a file that is not a record file
     fails on its first line, one that turns bad fails in the block of its first bad line."""
     with _open_table(path) as f:
-        header = _header(path, f)
+        header = upgrade_header(_header(path, f))  # old names, as the manifest was upgraded
         manifest = read_manifest(path)
         check_header(path, header, manifest)
         rules = row_rules(header, manifest, _index_contract(path, manifest))
@@ -456,8 +457,8 @@ def _merge_manifest(part: Records) -> dict:
 def _check_shards(parts: list[Records], manifests: list[dict]) -> None:
     first = manifests[0]
     for part, m in zip(parts, manifests, strict=False):
-        if m["identity"] != first["identity"] or m.get("columns") != first.get("columns"):
-            raise SmoothcertError(f"{part.path} was made with a different configuration")
+        _check_same_run(part.path, first, m, f"merge the shards of one run (not of "
+                                              f"{parts[0].path}'s)")
     counts = {m["shard"]["count"] for m in manifests}
     shard_ids = sorted(m["shard"]["index"] for m in manifests)
     if len(counts) != 1 or shard_ids != list(range(counts.pop())):

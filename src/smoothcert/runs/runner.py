@@ -33,8 +33,6 @@ those from before the chunks were fixed (their chunk was the run's ``batch``), a
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import dataclasses
 import platform
 import socket
@@ -42,15 +40,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from ..certifiers import CERTIFIERS, Certifier, RunContext, build_certifier
 from ..data.datasets import data_files, load_dataset
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
 from ..io import write_json_atomic
 from ..models.checkpoint import versions
 from ..noise.base import NOISES
-from ..rng import example_generator
 from ..smoothing.engine import CHUNK, BatchedVotes
 from ..smoothing.smoothed import Smoothed, plain
 from ..tensors import eval_mode
@@ -74,7 +69,6 @@ from .inputs import (
 )
 from .progress import check_progress, progress_meter
 from .records import (
-    Records,
     global_indices,
     manifest_path,
     open_records,
@@ -83,6 +77,7 @@ from .records import (
     shard_indices,
     shard_path,
 )
+from .rows import NoFile, no_records, python_row, run_rows, written
 
 
 @dataclass(frozen=True)
@@ -208,53 +203,52 @@ def certify_dataset(
 ) -> list[dict]:
     """Certify (or run any registered certifier on) every selected example of ``dataset``.
 
-    ``model`` is a smoothcert checkpoint path or any ``nn.Module`` that maps pixels in [0, 1]
-    (B, C, H, W) to logits (its normalization inside), or an ensemble: an
-    :class:`~smoothcert.models.ensemble.Ensemble`, or a list of checkpoint paths (the mean of
-    their logits), whose identity (``ensemble``) holds every member's fingerprint, the mode and
-    K-consensus; ``dataset`` any map-style dataset of
-    ``(x (C, H, W) float in [0, 1], y int)``. ``sigma`` is the noise level: a float, or a noise
-    object (``Gaussian(0.25)``, ``Uniform(0.25)``), which also selects the noise; default: the
-    checkpoint's. ``noise`` names the noise (``gaussian``, ``uniform``: see
-    ``smoothcert.noise.NOISES``); default: the noise object's, else the checkpoint's, else
-    Gaussian. The examples are every ``skip``-th index, at most ``max_count`` (or the explicit
-    ``indices``), then every K-th of them from k for ``shard`` = (k, K). Example ``idx`` draws
-    its noise from a generator seeded from (``seed``, idx), in canonical chunks, so the rows
-    depend on neither ``batch``, nor sharding, nor resuming.
+    ``model``: a checkpoint path, any ``nn.Module`` mapping pixels in [0, 1] (B, C, H, W) to
+    logits (its normalization inside), or an ensemble (an ``Ensemble``, or a list of checkpoint
+    paths); ``dataset``: any map-style dataset of ``(x (C, H, W) float in [0, 1], y int)`` (an x
+    outside [0, 1] is warned about once per run: its radii are in x's units). ``sigma``: a
+    float or a noise object (``Gaussian(0.25)``, ``Uniform(0.25)``; default: the
+    checkpoint's); ``noise`` names the noise (``smoothcert.noise.NOISES``; default: the noise
+    object's, else the checkpoint's, else Gaussian). The examples are every ``skip``-th index,
+    at most ``max_count`` (or the explicit ``indices``), then every K-th of them from k for
+    ``shard`` = (k, K); example ``idx`` draws its noise from a generator seeded from (``seed``,
+    idx) in canonical chunks, so the rows depend on neither ``batch``, sharding nor resuming.
+    Numbers may be numpy scalars; a label outside [0, num_classes) is refused before a row.
 
-    With ``out``, the rows go to the record file (shard K > 1: ``out``'s shard name) with its
-    manifest, exactly as ``smoothcert certify`` writes them; rerunning resumes after the rows
-    already there, and a different configuration is refused. Returns the rows: the record
-    file's (resumed ones included), or those computed here when ``out`` is None. A finished
-    run is extended by a larger ``max_count`` (only the new examples are run). For the
-    default certifier each row's certificate holds with probability ≥ 1 − ``alpha``
-    (Cohen et al., Thm. 1): ``predict`` −1 is an abstention.
+    With ``out`` the rows go to its record file (shard K > 1: its shard name) and manifest, as
+    ``smoothcert certify`` writes them; a rerun resumes (a larger ``max_count`` adds only the
+    new examples) and another configuration is refused. Returns the rows (with ``out``: the
+    file's, resumed ones included) as dicts of plain Python scalars (int, float, str: ready
+    for ``json.dumps``). For the default certifier each certificate holds with probability
+    ≥ 1 − ``alpha`` (Cohen et al., Thm. 1); ``predict`` −1 is an abstention.
 
-    ``progress``: False (nothing), True or ``"bar"`` (a progress bar on stderr), ``"lines"``
-    (a plain line on stderr every 30 s: images done, s per image, time left; for a log file).
-    Numbers may be numpy scalars. Labels must be integers in [0, num_classes): a bad one is
-    refused before the first row is written (where the dataset's labels can be read without
-    its images: ``labels``/``targets`` or a list; else when its example is read).
-
-    ``denoiser`` puts a denoiser in front of the classifier (denoised smoothing; the certified
-    function is classifier ∘ denoiser): a denoiser checkpoint (``train --method denoiser-mse``,
-    ``import-checkpoint --format denoised-smoothing``), ``"diffusers:FOLDER"`` (a local
-    diffusers DDPM, denoising in one step at the t* of ``sigma``) or an ``nn.Module``. A
-    ``model`` that is a ``Denoised(denoiser, classifier)`` module runs the same way.
+    ``progress``: False, True or ``"bar"`` (a bar on stderr), ``"lines"`` (a line on stderr
+    every 30 s, for a log). ``denoiser`` puts a denoiser in front of the classifier (the
+    certified function is classifier ∘ denoiser): a denoiser checkpoint, ``"diffusers:FOLDER"``
+    (one-step denoising at the t* of ``sigma``) or an ``nn.Module``; a ``model`` that is a
+    ``Denoised(denoiser, classifier)`` runs the same way.
     """
     model, denoiser = split_denoised(model, denoiser)
-    source = load_source(model, device, plain(num_classes))
-    data = as_examples(dataset)
-    certifier, noise = certifier_spelling(certifier, noise)
-    needs_n0 = certifier_class(certifier).needs_n0  # an unknown name raises, listing the known ones
-    sigma, noise = sigma_and_noise(plain(sigma), noise, source, denoised=denoiser is not None)
-    source = with_denoiser(source, denoiser, sigma)  # after σ: a diffusion denoiser's t* is σ's
-    counts = dict(n0=n0 if needs_n0 else None, n=n, alpha=alpha, batch=batch, seed=seed,
-                  skip=skip, max_count=max_count)
-    cfg = _dataset_config(source, data, certifier, noise, sigma, counts, options, engine,
-                          indices)
+    source, data = load_source(model, device, plain(num_classes)), as_examples(dataset)
+    counts = dict(n0=n0, n=n, alpha=alpha, batch=batch, seed=seed, skip=skip, max_count=max_count)
+    cfg, source = _api_config(source, data, denoiser, certifier, noise, sigma, counts,
+                              options, engine, indices)
     return execute(cfg, source, data, out, shard=checked_shard(shard), workers=workers,
                    progress=progress)
+
+
+def _api_config(source: ModelSource, data: Examples, denoiser, certifier: str, noise, sigma,
+                counts: dict, options, engine, indices) -> tuple[RunConfig, ModelSource]:
+    """:func:`certify_dataset`'s run configuration, and its model behind the denoiser: the
+    certifier's name upgraded, σ and the noise from the arguments or the checkpoint, then the
+    denoiser (a diffusion denoiser's t* is σ's); n0 dropped for a certifier that takes none."""
+    certifier, noise = certifier_spelling(certifier, noise)
+    if not certifier_class(certifier).needs_n0:  # an unknown name raises, listing the known
+        counts = {**counts, "n0": None}
+    sigma, noise = sigma_and_noise(plain(sigma), noise, source, denoised=denoiser is not None)
+    source = with_denoiser(source, denoiser, sigma, noise)
+    return _dataset_config(source, data, certifier, noise, sigma, counts, options, engine,
+                           indices), source
 
 
 def _dataset_config(source: ModelSource, data: Examples, certifier: str, noise: str,
@@ -278,7 +272,7 @@ def run_dataset(
     (behind ``denoiser``, whose fingerprint must be ``cfg.denoiser``), appending to (or
     resuming) its record file; returns that file's path (``out`` itself, or its shard name when
     there are shards). See :func:`smoothcert.certify_dataset`."""
-    source = with_denoiser(load_source(checkpoint, device), denoiser, cfg.sigma)
+    source = with_denoiser(load_source(checkpoint, device), denoiser, cfg.sigma, cfg.noise)
     dataset = load_dataset(cfg.dataset, cfg.split, data_root=data_root, image_size=image_size)
     execute(cfg, source, as_examples(dataset), out, shard=shard, workers=workers,
             progress=progress)
@@ -289,7 +283,31 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
             workers: int | None = None, progress: bool = False) -> list[dict]:
     """The rows of ``cfg`` on this shard's examples of ``data``; with ``out`` each row is also
     appended (fsynced) to the shard's record file, resuming after the rows already there, and
-    the rows returned are the file's. Everything is checked before the file is opened."""
+    the rows returned are the file's, as dicts of plain Python scalars (:func:`python_row`).
+    Everything is checked before the file is opened."""
+    certifier, noise, mine = _checked_run(cfg, source, data, shard, workers, progress)
+    path = shard_path(out, *shard) if out is not None else None
+    cfg = _file_chunk(cfg, path)
+    writer, done = _open(path, cfg, source, shard, len(data), data_files(data.dataset))
+    smoothed = Smoothed(source.model, noise, source.num_classes,
+                        BatchedVotes(**cfg.engine, chunk=cfg.chunk))
+    previous = read_records(path) if path is not None else no_records(record_columns(cfg))
+    run = RunContext(cfg, smoothed, data, previous, source.device)
+    certifier.start(run)
+    todo = [i for i in mine if i not in done]
+    name = path.name if path is not None else data.name
+    bar = progress_meter(progress, len(mine), len(mine) - len(todo), f"{cfg.certifier} {name}")
+    stream = data.stream(todo, workers, num_classes=source.num_classes)
+    with writer, bar, eval_mode(source.model):
+        produced = written(writer, bar, run_rows(certifier, run, stream))
+    done_rows = read_records(path).rows() if path is not None else produced
+    return [python_row(row) for row in done_rows]
+
+
+def _checked_run(cfg: RunConfig, source: ModelSource, data: Examples, shard, workers,
+                 progress) -> tuple[Certifier, object, list[int]]:
+    """The run's certifier, noise and this shard's indices, once every check has passed (and
+    the certifier's notes are said): nothing is opened or written before."""
     check_source(source, cfg)
     check_compatible(source, data)
     check_progress(progress)
@@ -303,27 +321,7 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     if mine:  # e.g. the sound noises' 8-bit grid: refused before the file is opened
         noise.check_input(data.example(mine[0])[0])
     check_labels(data, mine, source.num_classes)  # a row with label -1 would poison the file
-    path = shard_path(out, *shard) if out is not None else None
-    cfg = _file_chunk(cfg, path)
-    writer, done = _open(path, cfg, source, shard, len(data), data_files(data.dataset))
-    smoothed = Smoothed(source.model, noise, source.num_classes,
-                        BatchedVotes(**cfg.engine, chunk=cfg.chunk))
-    previous = read_records(path) if path is not None else _no_records(record_columns(cfg))
-    run = RunContext(cfg, smoothed, data, previous, source.device)
-    certifier.start(run)
-    todo = [i for i in mine if i not in done]
-    name = path.name if path is not None else data.name
-    bar = progress_meter(progress, len(mine), len(mine) - len(todo), f"{cfg.certifier} {name}")
-    produced = []
-    stream = data.stream(todo, workers, num_classes=source.num_classes)
-    with writer, bar, eval_mode(source.model):
-        for row in _rows(certifier, run, stream):
-            if "member_passes" not in writer.columns:  # one model, or a file from before it
-                del row["member_passes"]
-            writer.write(row)
-            produced.append(row)
-            bar.update()
-    return read_records(path).rows() if path is not None else produced
+    return certifier, noise, mine
 
 
 def _file_chunk(cfg: RunConfig, path) -> RunConfig:
@@ -344,7 +342,7 @@ def _open(path, cfg: RunConfig, source: ModelSource, shard, dataset_size: int,
     """The record writer and the indices already done; a writer that keeps nothing without a
     file. A run that extends the file's index list updates its manifest's ``indices``."""
     if path is None:
-        return _NoFile(record_columns(cfg)), set()
+        return NoFile(record_columns(cfg)), set()
     manifest = _manifest(cfg, source, shard, dataset_size)
     if files is not None:  # which data files were read (provenance: the data may move)
         manifest["provenance"]["data_files"] = files
@@ -383,52 +381,6 @@ def record_columns(cfg: RunConfig, old_manifest: dict | None = None) -> tuple:
             old_manifest is not None and "member_passes" not in old_manifest.get("columns", ())):
         return columns
     return (*columns, "member_passes")
-
-
-def _no_records(columns) -> Records:
-    return Records("", tuple(columns), {c: np.array([]) for c in columns})
-
-
-class _NoFile(contextlib.nullcontext):
-    """The writer of a run without a record file: rows are only returned."""
-
-    def __init__(self, columns: tuple):
-        super().__init__()
-        self.columns = columns
-
-    def write(self, row: dict) -> None:
-        pass
-
-
-def _rows(certifier: Certifier, run: RunContext, stream):
-    """Rows in index order (in the order the programs finish for a certifier whose answers
-    depend on that order, the data-dependent memory), their draws packed into shared forward
-    batches by the engine; ``time`` is each example's share of the wall time
-    (``sampling.Finished.seconds``), so the column still adds up to the run's cost."""
-    cfg, in_order = run.config, certifier.shardable()
-    started: collections.deque = collections.deque()  # idx in the order programs start
-
-    def example(idx, x, label):
-        generator = example_generator(cfg.seed, idx, run.device)
-        row = yield from certifier.program(run, x, label, idx, generator)
-        return {"idx": idx, "label": label, "seed": cfg.seed, **row}
-
-    def programs():
-        for idx, x, label in stream:
-            if in_order:
-                started.append(idx)
-            yield idx, example(idx, x, label)
-
-    finished = {}
-    for done in run.smoothed.run(programs(), cfg.batch):
-        row = {**done.result, "time": done.seconds}
-        row["member_passes"] = done.passes or 0  # kept where the file has the column
-        if not in_order:  # order-dependent: the file keeps the certification order
-            yield row
-            continue
-        finished[done.key] = row
-        while started and started[0] in finished:  # hold rows until those before them finish
-            yield finished.pop(started.popleft())
 
 
 def _check_shardable(cfg: RunConfig, certifier: Certifier, shard) -> None:

@@ -13,8 +13,8 @@ The columns are the runner's (``idx label time seed``), Cohen et al.'s and CERTI
 ``H:MM:SS.s``), those each registered certifier (the attack too) declares for itself
 (``column_rules`` and ``relations`` of its class: ``certifiers/*.py``), and
 those ``analyze grad-norms --out`` writes. A column name means one thing in every file that has
-it (``runner_up``: an integer >= 0, the runner-up's vote count in PREDICT files, its class in
-L-bound files).
+it (``nA``, ``nB``: vote counts; ``runner_up``: a class, checked against the run's classes as
+``label`` is).
 
 A file with a manifest is held to what the manifest fixes about each row (:func:`row_rules`,
 :func:`check_rows`): its header is the manifest's columns, every idx lies in the dataset and in
@@ -38,6 +38,7 @@ from ..certifiers.columns import (
     CERTIFY_RULES,
     Column,
     Relation,
+    a_class,
     distance,
     prediction,
 )
@@ -318,9 +319,10 @@ def check_rows(path, data: dict, rules: RowRules, first_line: int) -> None:
 
 
 def _class_columns(data: dict) -> list[str]:
-    """``label`` and the columns the schema reads as predictions (a class or -1)."""
+    """``label`` and the columns the schema reads as classes or predictions (a class or -1)."""
     columns = known_columns()
-    return [name for name in data if name == "label" or columns.get(name) == prediction(name)]
+    return [name for name in data if name == "label"
+            or columns.get(name) in (prediction(name), a_class(name))]
 
 
 def _first(mask: np.ndarray, says) -> list:

@@ -7,6 +7,7 @@ Randomized Smoothing" (ICML 2019), Algorithms 1 and 2 (pseudocode) and their ``c
 from __future__ import annotations
 
 import numbers
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +19,37 @@ from ..noise.gaussian import Gaussian
 from ..stats import binomial_pvalue, clopper_pearson_lower
 from ..tensors import eval_mode, model_device
 from .engine import BatchedVotes, Draws, input_dtype
+
+
+class InputRangeWarning(UserWarning):
+    """An input with values outside [0, 1]. Its certificate still holds for the x given (the
+    theorems are about g on all of R^d), but the noise and the radius are then in the units of
+    x, not in pixels: an image in [0, 255] gets radii 255 times too small to compare, a
+    normalized one radii in standard deviations. A warning, not a refusal, because inputs off
+    [0, 1] can be meant (closed-form oracles; a user who certifies in another unit on
+    purpose, who may silence it with ``warnings.filterwarnings``)."""
+
+
+RANGE_SLACK = 1e-6
+"""How far past 0 or 1 a value may lie unremarked: float32 rounding of a resize or of a
+normalization round trip (~1e-7); one 8-bit level is 1/255 ≈ 0.004."""
+
+
+def outside_unit_range(x: torch.Tensor) -> tuple[float, float] | None:
+    """(min, max) of ``x`` when a value lies outside [0, 1] (by more than :data:`RANGE_SLACK`),
+    else None; one pass over x (NaN is refused elsewhere and passes here)."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() == 0:
+        return None  # refused with its own message by prepare_input
+    low, high = (float(v) for v in torch.aminmax(x.detach()))
+    return (low, high) if low < -RANGE_SLACK or high > 1 + RANGE_SLACK else None
+
+
+def unit_range_message(low: float, high: float) -> str:
+    """The one line that says an input spans [low, high] and how to put it in [0, 1]."""
+    return (f"input values span [{low:.3g}, {high:.3g}], outside [0, 1]: smoothcert draws noise "
+            "and certifies radii in pixel space, so these radii are in the input's units; "
+            "scale images to [0, 1] (x / 255) and put any normalization inside the model "
+            "(NormalizeLayer)")
 
 
 @dataclass(frozen=True)
@@ -83,7 +115,9 @@ class Smoothed:
 
         Returns a class other than g(x) with probability at most α (Cohen et al., Thm. 2): it
         abstains when the two-sided binomial test of the top two counts has p-value > α.
+        An x outside [0, 1] is warned about (:class:`InputRangeWarning`).
         """
+        _warn_outside_unit_range(x)
         return self._run_one(self.predict_program(x, n, alpha, generator), plain(batch_size))
 
     def certify(self, x, n0, n, alpha, batch_size, generator=None) -> Certificate:
@@ -93,7 +127,10 @@ class Smoothed:
         p_lower is the one-sided Clopper–Pearson bound at level α, and the certificate is
         (ĉ_A, noise.radius(p_lower)) if p_lower ≥ ½, else an abstention with radius 0. The radius
         is σ·Φ⁻¹(p_lower) in L2 for Gaussian noise, 2λ·(p_lower − ½) in L1 for uniform noise.
+        An x outside [0, 1] is warned about (:class:`InputRangeWarning`): the radius is then in
+        x's units.
         """
+        _warn_outside_unit_range(x)
         return self._run_one(self.certify_program(x, n0, n, alpha, generator), plain(batch_size))
 
     def predict_program(self, x, n, alpha, generator=None):
@@ -210,6 +247,13 @@ class Smoothed:
         if not torch.isfinite(x).all():
             raise SmoothcertError("input contains NaN or Inf")
         return x
+
+
+def _warn_outside_unit_range(x) -> None:
+    """:class:`InputRangeWarning` at the line that called ``predict`` or ``certify``."""
+    span = outside_unit_range(x)
+    if span is not None:
+        warnings.warn(unit_range_message(*span), InputRangeWarning, stacklevel=3)
 
 
 def plain(value):

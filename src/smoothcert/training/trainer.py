@@ -18,7 +18,6 @@ import time
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 try:
     import resource  # peak RSS on POSIX
@@ -36,6 +35,7 @@ from ..models.checkpoint import checkpoint_meta, checkpoint_role, load_checkpoin
 from ..noise.base import NOISES
 from ..rng import derived_seed
 from ..runs.inputs import default_workers
+from ..runs.progress import progress_meter
 from .config import TrainConfig
 from .distributed import World, merge_rows
 from .optim import OPTIMIZERS, SCHEDULES
@@ -95,8 +95,12 @@ class Trainer:
         rank = (self.world.rank,) if self.world.distributed else ()
         return derived_seed(self.config.seed, _NOISE, *rank, *more)
 
-    def train_epoch(self, progress: bool = False) -> dict[str, float]:
+    def train_epoch(self, progress=False) -> dict[str, float]:
         """One pass over the epoch's examples (see :meth:`_batches`); returns its log row.
+
+        ``progress`` (``runs.progress.MODES``): False, True or ``"bar"`` (a bar on stderr),
+        ``"lines"`` (a plain line on stderr every 30 s within the epoch, with the running loss
+        and accuracy: a log file shows a long epoch is alive).
 
         The epoch's ``seconds`` and ``peak_mem_mb`` include the method's epoch hook (e.g. an
         estimate of p̂A over the training set), not the test-accuracy evaluation. With K > 1
@@ -108,8 +112,8 @@ class Trainer:
         lr, start, meter = self.optimizer.param_groups[0]["lr"], time.perf_counter(), _Meter()
         self.method.on_epoch_start(self.epoch, self._context())
         batches = self._batches()
-        bar = tqdm(total=len(batches), desc=f"epoch {self.epoch + 1}/{self.config.epochs}",
-                   disable=not progress, file=sys.stderr, leave=False)
+        bar = progress_meter(progress, len(batches), 0,
+                             f"epoch {self.epoch + 1}/{self.config.epochs}", "batch", ends=False)
         with bar:
             for i, (batch, xy) in enumerate(zip(batches, self._decoded(batches))):
                 meter.update(*self._step(batch, xy))

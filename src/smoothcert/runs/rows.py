@@ -1,0 +1,106 @@
+"""A run's rows: the programs of many inputs driven through the one engine, each row written
+as it comes, and handed back as plain Python scalars (for ``runner.execute``).
+
+Rows come in index order, or in the order the programs finish for a certifier whose answers
+depend on that order (the data-dependent memory); ``time`` is each example's share of the wall
+time. An input outside [0, 1] is warned about once per run (:class:`_UnitRange`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import warnings
+
+import numpy as np
+
+from ..certifiers import Certifier, RunContext
+from ..rng import example_generator
+from ..smoothing.smoothed import InputRangeWarning, outside_unit_range, unit_range_message
+from .records import Records
+
+
+def written(writer, bar, rows) -> list[dict]:
+    """Each row appended to ``writer`` (without ``member_passes`` where the file has no such
+    column: one model, or a file from before it) as it comes, the bar advanced; the rows."""
+    produced = []
+    for row in rows:
+        if "member_passes" not in writer.columns:
+            del row["member_passes"]
+        writer.write(row)
+        produced.append(row)
+        bar.update()
+    return produced
+
+
+def python_row(row: dict) -> dict:
+    """``row`` with numpy scalars as the Python scalars they hold (np.int64 → int, np.float64
+    → float, np.str_ → str): rows read back from a file and rows just computed are then the
+    same types, ready for ``json.dumps``."""
+    return {key: value.item() if isinstance(value, np.generic) else value
+            for key, value in row.items()}
+
+
+def no_records(columns) -> Records:
+    """The records of a run without a file: none, in ``columns``."""
+    return Records("", tuple(columns), {c: np.array([]) for c in columns})
+
+
+class NoFile(contextlib.nullcontext):
+    """The writer of a run without a record file: rows are only returned."""
+
+    def __init__(self, columns: tuple):
+        super().__init__()
+        self.columns = columns
+
+    def write(self, row: dict) -> None:
+        pass
+
+
+def run_rows(certifier: Certifier, run: RunContext, stream):
+    """Rows in index order (in the order the programs finish for a certifier whose answers
+    depend on that order, the data-dependent memory), their draws packed into shared forward
+    batches by the engine; ``time`` is each example's share of the wall time
+    (``sampling.Finished.seconds``), so the column still adds up to the run's cost."""
+    cfg, in_order = run.config, certifier.shardable()
+    started: collections.deque = collections.deque()  # idx in the order programs start
+    unit_range = _UnitRange()
+
+    def example(idx, x, label):
+        unit_range.check(idx, x)
+        generator = example_generator(cfg.seed, idx, run.device)
+        row = yield from certifier.program(run, x, label, idx, generator)
+        return {"idx": idx, "label": label, "seed": cfg.seed, **row}
+
+    def programs():
+        for idx, x, label in stream:
+            if in_order:
+                started.append(idx)
+            yield idx, example(idx, x, label)
+
+    finished = {}
+    for done in run.smoothed.run(programs(), cfg.batch):
+        row = {**done.result, "time": done.seconds}
+        row["member_passes"] = done.passes or 0  # kept where the file has the column
+        if not in_order:  # order-dependent: the file keeps the certification order
+            yield row
+            continue
+        finished[done.key] = row
+        while started and started[0] in finished:  # hold rows until those before them finish
+            yield finished.pop(started.popleft())
+
+
+class _UnitRange:
+    """Warns (:class:`~smoothcert.smoothing.smoothed.InputRangeWarning`) at the run's first
+    example with values outside [0, 1], naming it; silent after: once per run, not per image.
+    A min and a max per example: nothing next to its n forward passes."""
+
+    def __init__(self):
+        self.said = False
+
+    def check(self, idx: int, x) -> None:
+        span = None if self.said else outside_unit_range(x)
+        if span is not None:
+            self.said = True
+            warnings.warn(f"example {idx}: {unit_range_message(*span)} (said once per run)",
+                          InputRangeWarning, stacklevel=2)
