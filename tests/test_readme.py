@@ -1,6 +1,7 @@
 """The README runs as written (CI keeps the docs honest): its shell commands top to bottom, each
 using what an earlier one made, and its Python examples."""
 
+import dataclasses
 import glob
 import re
 import shlex
@@ -66,7 +67,9 @@ def test_readme_image_folder_example_runs(tmp_path, monkeypatch, capsys):
 #   train commands get --train-size 200 (a class-balanced subset of the 1,438 digits), and the
 #       data-dependent certifier --opt num_steps=5 (OptimizeSigma's gradient steps per input).
 # The commands run in a temporary folder with a link configs/ to the repository's recipes;
-# `printf` lines run in bash; the first block's `make demo` / `make test` are what CI itself runs.
+# `printf` lines run in bash. The first block's `make demo` runs first, as a newcomer's does: the
+# Makefile's demo recipe, its sizes (smoothcert.cli.demo's TRAIN, N0, N, MAX) shrunk by the same
+# rules; `make test` is what CI itself runs.
 SHRUNK = {"--epochs": "1", "--n": "200", "--n0": "20", "--max": "4"}
 RENAMED = {("--dataset", "fashion-mnist"): "digits", ("--arch", "lenet"): "digits_cnn",
            ("--noise", "discrete-gaussian"): "discrete-gaussian-quantized"}
@@ -122,13 +125,46 @@ def expanded(words: list[str]) -> list[str]:
     return [m for w in words for m in (sorted(glob.glob(w)) if "*" in w else [w])]
 
 
+def make_demo_args() -> list[str]:
+    """The smoothcert arguments of `make demo`, read from the Makefile's demo recipe."""
+    recipe = re.search(r"^demo:.*\n\t(.+)$", (ROOT / "Makefile").read_text(), flags=re.M)
+    words = shlex.split(recipe.group(1))
+    assert words[0] == "$(BIN)/smoothcert", f"make demo runs {recipe.group(1)!r}"
+    return words[1:]
+
+
+def shrink_demo(monkeypatch) -> None:
+    """The demo's sizes, shrunk by the rules above (its train also gets ``ADDED["train"]``)."""
+    import smoothcert.cli.demo as demo
+
+    train_size = int(ADDED["train"][ADDED["train"].index("--train-size") + 1])
+    monkeypatch.setattr(demo, "TRAIN", dataclasses.replace(
+        demo.TRAIN, epochs=int(SHRUNK["--epochs"]), train_size=train_size))
+    for name, flag in (("N", "--n"), ("N0", "--n0"), ("MAX", "--max")):
+        monkeypatch.setattr(demo, name, int(SHRUNK[flag]))
+
+
+def run_command(line: str, args: list[str], capsys) -> None:
+    tic = time.perf_counter()
+    code = main(args)
+    print(f"{time.perf_counter() - tic:6.1f} s  {' '.join(args)}")
+    assert code == 0, f"{line}\n→ smoothcert {' '.join(args)}\n{capsys.readouterr().err}"
+
+
 def test_readme_commands_run_top_to_bottom(tmp_path, monkeypatch, capsys):
-    """Every command of every runnable bash block exits 0, in order, in an empty folder: so each
-    uses only what an earlier command made (runs/fmnist-g025 from the first train, ...)."""
+    """`make demo`, then every command of every runnable bash block exits 0, in order, in an
+    empty folder: so each uses only what an earlier command made (runs/fmnist-g025 from the
+    first train, ...), and no report takes the demo's digits records for the README's runs."""
     (tmp_path / "configs").symlink_to(ROOT / "configs")
     monkeypatch.chdir(tmp_path)
+    shrink_demo(monkeypatch)
+    demo = make_demo_args()
+    demo_out = Path(demo[demo.index("--out") + 1])
     start, ran = time.perf_counter(), []
     for line, words in runnable_commands():
+        if words == ["make", "demo"]:
+            run_command(line, demo, capsys)
+            ran.append("demo")
         if words[0] == "make":
             continue
         if words[0] == "printf":
@@ -136,12 +172,12 @@ def test_readme_commands_run_top_to_bottom(tmp_path, monkeypatch, capsys):
             continue
         assert words[0] == "smoothcert", f"README runs {line!r}: mark its block {NEEDS!r}"
         args = expanded(shrunk(words[1:]))
-        tic = time.perf_counter()
-        code = main(args)
-        print(f"{time.perf_counter() - tic:6.1f} s  {' '.join(args)}")
-        assert code == 0, f"{line}\n→ smoothcert {' '.join(args)}\n{capsys.readouterr().err}"
+        demos = [a for a in args[1:] if args[0] == "report" and Path(a).is_relative_to(demo_out)]
+        assert not demos, f"{line!r} also reports make demo's {demos}: name the files it means"
+        run_command(line, args, capsys)
         ran.append(args[0] if args else "--help")
     print(f"{len(ran)} README commands in {time.perf_counter() - start:.1f} s")
+    assert ran[0] == "demo" and (tmp_path / demo_out / "certify.tsv").is_file()
     assert {"train", "certify", "attack", "report", "analyze"} <= set(ran)
     assert (tmp_path / "curve.png").is_file() and (tmp_path / "pa.png").is_file()
     assert "| name |" in (tmp_path / "paper.md").read_text()
@@ -175,3 +211,33 @@ def test_readme_commands_that_need_data_still_parse():
                 pytest.fail(f"README command does not parse ({e.code}): {line}")
             parsed += 1
     assert parsed >= 8
+
+
+def test_readme_states_the_learning_rates_standard_trains_with():
+    """`standard`'s learning rate as the README states it, without a recipe (the method's
+    default: Salman et al.'s CIFAR-10 classifier) and with the Fashion-MNIST recipe its commands
+    use (that dataset's LeNet schedule), is the one TrainConfig resolves."""
+    from smoothcert.training import TrainConfig
+    from smoothcert.training.recipes import load_recipe
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    stated = re.search(r"SGD at (\S+) for classifiers", text)
+    recipe = "configs/fashion-mnist/standard.yaml"
+    stated_recipe = re.search(rf"`{recipe}` trains [^.]*?SGD at ([0-9.e-]+)", text)
+    assert stated and stated_recipe, "the README states both learning rates of standard"
+    plain = TrainConfig.from_dict({"dataset": "fashion-mnist", "arch": "lenet",
+                                   "method": "standard", "epochs": 1})
+    assert float(stated.group(1)) == plain.lr
+    assert float(stated_recipe.group(1)) == TrainConfig.from_dict(load_recipe(ROOT / recipe)).lr
+
+
+def test_readme_names_every_log_column_of_the_methods():
+    """The README's account of a run's log.tsv names the test columns every method logs (the
+    denoisers' test MSE, the DDPM's test loss; not only a "noisy test accuracy")."""
+    from smoothcert.methods import METHODS
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    account = text.split("Every run folder has", 1)[1].split(". ", 1)[0]
+    for name in METHODS:
+        for column in METHODS[name].test_columns:
+            assert f"`{column}`" in account, (name, column)

@@ -114,3 +114,35 @@ def test_the_demo_says_draws_per_image_where_the_table_counts_images(tmp_path, m
     assert "(10,000 noise draws per image) into" in out
     assert "(10,000 noise draws per image, α=0.001; the table's n counts test images)" in out
     assert "| made | 6 |" in out
+
+
+# ------------------------------------------------------------------- Step 15, item 2 (newcomer)
+def test_make_demos_digits_beside_fashion_mnist_runs(tmp_path, capsys, caplog):
+    """``report runs/*/certify.tsv`` after ``make demo`` takes the demo's digits file too: the
+    table written --into a document says which row is which dataset (and stderr notes it in one
+    line), and --envelope refuses the mixture in one line naming both."""
+    import json
+
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "g025").mkdir()
+    digits = records(tmp_path / "demo" / "certify.tsv")
+    fmnist = records(tmp_path / "g025" / "certify.tsv")
+    for path, dataset in ((digits, "digits"), (fmnist, "fashion-mnist")):
+        manifest = json.loads(manifest_path(path).read_text())
+        manifest["identity"].update(dataset=dataset, split="test")
+        manifest_path(path).write_text(json.dumps(manifest))
+    doc = tmp_path / "paper.md"
+    doc.write_text("# Results\n\n<!-- report:main -->\n<!-- /report:main -->\n")
+    assert main(["report", str(fmnist), str(digits), "--into", str(doc), "--block", "main"]) == 0
+    (note,) = [r.getMessage() for r in caplog.records]  # one line on stderr outside pytest
+    assert note.startswith("note: the table mixes 2 dataset splits (fashion-mnist test: ")
+    assert capsys.readouterr().err == f"table: {doc} (block main)\n"
+    lines = doc.read_text().splitlines()
+    assert lines[3].startswith("| name | dataset | n |")
+    assert lines[5].startswith("| g025/certify | fashion-mnist test | 6 |")
+    assert lines[6].startswith("| demo/certify | digits test | 6 |")
+    assert main(["report", str(fmnist), str(digits), "--envelope"]) == 2
+    assert error_line(capsys) == (
+        f"smoothcert report: error: --envelope combines files of one dataset split, but {fmnist} "
+        f"is fashion-mnist test and {digits} is digits test; report them without --envelope or "
+        "in separate reports\n")

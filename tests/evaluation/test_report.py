@@ -417,6 +417,7 @@ def test_every_report_column_is_defined_in_help_and_readme(capsys, files):
     from smoothcert.cli.app import main
     from smoothcert.evaluation.report import (
         COST_COLUMNS,
+        DATASET_COLUMN,
         ENVELOPE,
         SIGMA_COLUMNS,
         attack_table,
@@ -426,6 +427,7 @@ def test_every_report_column_is_defined_in_help_and_readme(capsys, files):
 
     headers = {*certification_table([], (0.5,)).headers, *attack_table([], (0.5,)).headers,
                *training_table([]).headers, "adjusted", ENVELOPE, "first", "second", "agree",
+               DATASET_COLUMN[1],
                *(header for _, header, _ in SIGMA_COLUMNS),
                *(header for _, header, _ in COST_COLUMNS)}
     generic = {"r=0.5": "r=R", "d≤0.5": "d≤D"}
@@ -535,3 +537,73 @@ def test_forward_passes_count_an_ensembles_member_passes():
     all_k = records({"identity": {"ensemble": {**members, "consensus": 3}}})
     assert list(forward_passes(all_k)) == [3000, 1500]  # K = M: nothing skipped
     assert list(forward_passes(new)) == [2500, 1100]
+
+
+# ------------------------------------------------------------- files of other images or data
+def _with_data(path, dataset, split="test"):
+    """``path`` with a manifest saying which dataset split its rows certify."""
+    manifest = {"format_version": MANIFEST_VERSION,
+                "identity": {"certifier": "certify", "dataset": dataset, "split": split}}
+    (path.parent / f"{path.name}.manifest.json").write_text(json.dumps(manifest))
+    return path
+
+
+def test_envelope_refuses_files_of_other_images_and_names_common(tmp_path, files, capsys):
+    """The envelope takes the best file at each radius: over files of different examples it
+    is a maximum over different populations. Refused in one line that names --common; with
+    --common, the envelope of the 4 shared examples by hand: file A's idx 0..3 certify 0 at
+    0.25 and 1 at 0.5 (2 abstains, 3 is wrong); B certifies 1 at 0.8 and 3 at 0.1 (0 is wrong,
+    2 abstains) → at r = 0, 0.25, 0.75: max(2/4, 2/4), max(2/4, 1/4), max(0, 1/4)."""
+    from smoothcert.cli.app import main
+
+    other = write_tsv(tmp_path / "b.tsv", COHEN_HEADER,
+                      [(0, 1, 5, 0.3, 0, 0.1), (1, 2, 2, 0.8, 1, 0.1), (2, 3, -1, 0.0, 0, 0.1),
+                       (3, 4, 4, 0.1, 1, 0.1)])
+    with pytest.raises(SmoothcertError, match="--common"):
+        report([files[0], other], (0.0, 0.5), envelope=True)
+    assert main(["report", str(files[0]), str(other), "--envelope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "8 and 4 examples (4 in both)" in err, err
+    rows = json.loads(report([files[0], other], (0.0, 0.25, 0.75), fmt="json", envelope=True,
+                             common=True))
+    assert [rows[-1][k] for k in ("r=0", "r=0.25", "r=0.75")] == [0.5, 0.5, 0.25]
+    assert main(["report", str(files[0]), str(other)]) == 0  # a table of both is fine
+
+
+def test_a_table_of_several_datasets_says_which_row_is_which(tmp_path, files, caplog):
+    """A table mixing datasets (make demo's digits beside Fashion-MNIST runs) gets a dataset
+    column and a one-line note; one dataset (or files without a manifest) gets neither."""
+    import logging
+
+    digits = _with_data(write_tsv(tmp_path / "demo.tsv", OURS_HEADER, OURS_ROWS), "digits")
+    fmnist = _with_data(write_tsv(tmp_path / "g025.tsv", OURS_HEADER, OURS_ROWS),
+                        "fashion-mnist")
+    with caplog.at_level(logging.WARNING, logger="smoothcert"):
+        rows = json.loads(report([fmnist, digits, files[0]], (0.5,), fmt="json"))
+    assert [r["dataset"] for r in rows] == ["fashion-mnist test", "digits test", None]
+    (note,) = [r.getMessage() for r in caplog.records]
+    assert note.startswith("note: ") and "digits test" in note and "\n" not in note
+    md = report([fmnist, digits], (0.5,)).splitlines()
+    assert md[0].startswith("| name | dataset | n |")
+    assert md[2].startswith("| g025 | fashion-mnist test | 3 |")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="smoothcert"):
+        one = json.loads(report([fmnist, files[0]], (0.5,), fmt="json"))
+    assert "dataset" not in one[0] and not caplog.records
+
+
+@pytest.mark.parametrize("mode", ["envelope", "common", "agreement"])
+def test_example_by_example_modes_refuse_files_of_several_datasets(tmp_path, mode):
+    """The same idx in two datasets are two different images: the envelope, --common and
+    --agreement, which match files example by example, refuse them in one line."""
+    from smoothcert.evaluation.report import agreement_report
+
+    a = _with_data(_cert_file(tmp_path / "a.tsv", A_ROWS), "digits")
+    b = _with_data(_cert_file(tmp_path / "b.tsv", B_ROWS), "fashion-mnist")
+    with pytest.raises(SmoothcertError) as info:
+        if mode == "agreement":
+            agreement_report([a, b], "0,0.25")
+        else:
+            report([a, b], "0,0.25", **{mode: True})
+    message = str(info.value)
+    assert "\n" not in message and "digits test" in message and "fashion-mnist test" in message

@@ -22,6 +22,7 @@ TRAIN = TrainConfig(dataset="digits", arch="digits_cnn", method="gaussian", sigm
                     weight_decay=5e-4, seed=0)
 # n = 10,000 draws per digit gives radii up to σ·Φ⁻¹(0.001^(1/10000)) ≈ 3.2σ = 0.80 at α = 0.001.
 N0, N, ALPHA, BATCH = 100, 10_000, 0.001, 5_000
+MAX = None  # test digits certified: all 359 (tests/test_readme.py shrinks it with the rest)
 RADII = "0:1:0.125"
 
 
@@ -43,7 +44,7 @@ def run_demo(out, device="cpu", progress=True) -> str:
           f"{out / 'certify.tsv'}", flush=True)
     cfg = RunConfig(certifier="certify", checkpoint_sha256=file_sha256(checkpoint),
                     dataset="digits", split="test", sigma=SIGMA, n=N, alpha=ALPHA, batch=BATCH,
-                    seed=0, n0=N0,
+                    seed=0, n0=N0, max_count=MAX,
                     device_type=device.type if hasattr(device, "type") else str(device))
     records = run_dataset(cfg, checkpoint, out / "certify.tsv", device=device, progress=progress)
     table = report([records], parse_radii(RADII), fmt="md", plot=out / "certified_accuracy.png")

@@ -16,6 +16,8 @@ is over all n examples of the file, abstentions included):
 
 CERTIFY and PREDICT files, one row per file
 name\tthe file (its name, made distinct where two files share one)
+dataset\tthe dataset split the file certifies (its manifest's), shown when the files certify \
+more than one
 n\texamples in the file
 clean acc\taccuracy of the smoothed classifier: correct predictions / n, abstentions count as \
 wrong; for CERTIFY files this is the certified accuracy at r = 0
@@ -28,7 +30,8 @@ adjusted\tdata-dependent files: certificates the memory-based certifier changed
 file's σ varies (data-dependent σ_x); a fixed-σ file shows its σ, a file without σ none
 s/img, passes/img, device\t--cost: mean seconds and mean noisy forward passes (n0 + n) per \
 example, and the device the manifest names
-envelope\tthe row of --envelope: the best file at each radius (the σ-envelope); clean acc is \
+envelope\tthe row of --envelope: the best file at each radius (the σ-envelope) of files \
+holding the same examples of one dataset split (--common: those all files hold); clean acc is \
 the best file's, n, abstain and ACR are empty
 
 attack files, one row per file
@@ -68,7 +71,8 @@ def _report_args(p):
                                   "attack curves) to this image file")
     p.add_argument("--envelope", action="store_true",
                    help="add the σ-envelope of the files (best certified accuracy per radius) "
-                        "to the table and the plot")
+                        "to the table and the plot; the files must hold the same examples "
+                        "(add --common to take it on those all files hold)")
     p.add_argument("--ecdf", metavar="IMAGE",
                    help="write the empirical CDF of p̂_A per file (Sun et al. 2024, Fig. 3)")
     p.add_argument("--sigma-hist", metavar="IMAGE",

@@ -5,7 +5,9 @@ Columns: name, n, clean accuracy, abstention rate, ACR, then certified accuracy 
 three; ``csv`` and ``json`` keep full float precision as fractions in [0, 1]. PREDICT files (no
 radius column) show their accuracy and abstention rate and leave the radius columns empty
 (``–`` in md, ``--`` in LaTeX, empty in csv, null in json). ``envelope=True`` adds a row
-``envelope``: the best certified accuracy over the files at each radius (the σ-envelope).
+``envelope``: the best certified accuracy over the files at each radius (the σ-envelope), for
+files of the same examples of one dataset split. Files of several dataset splits (their
+manifests say which) get a ``dataset`` column after ``name``.
 Data-dependent files add ``adjusted`` (certificates the memory changed) and, since their σ_x
 varies over the rows, ``σ_x min``, ``σ_x mean``, ``σ_x max`` (keys ``sigma_min``, ...).
 
@@ -21,6 +23,7 @@ attacks count), then the attack curve at each distance (``d<=0.25``: fraction fl
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Iterable, Sequence
 
@@ -42,6 +45,8 @@ from .metrics import (
 )
 from .tables import Table, get_format
 
+log = logging.getLogger(__name__)
+
 
 def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool = False,
            ecdf=None, sigma_hist=None, common: bool = False, cost: bool = False,
@@ -51,7 +56,8 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
     ``paths`` is one path or several; ``radii`` is a sequence of floats or a string for
     :func:`~smoothcert.evaluation.metrics.parse_radii`.
     If ``plot`` is a path, the certified-accuracy-vs-radius figure of the files is written there
-    (the attack curves, for attack files). ``envelope`` adds the σ-envelope row (and curve);
+    (the attack curves, for attack files). ``envelope`` adds the σ-envelope row (and curve) of
+    files holding the same examples of one dataset split (refused otherwise);
     ``ecdf``, a path, receives the p̂_A ECDF figure of the files (Sun et al. 2024, Fig. 3);
     ``sigma_hist``, a path, the histogram of each file's per-example σ (its ``sigma`` column:
     σ_x for data-dependent files). When some file's σ varies over its rows, the table gets the
@@ -68,6 +74,7 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
                           "--plot-cost": plot_cost})
     records = _labelled_records(paths)
     if common:
+        _check_one_dataset(records, "--common")
         records = common_examples(records)
     if _attack_files(records):
         if envelope or ecdf is not None or sigma_hist is not None or cost or plot_cost:
@@ -75,6 +82,7 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
                                   "need CERTIFY record files, not attack records")
         return formatter(_attack_report(records, radii, plot))
     if envelope:
+        _check_one_dataset(records, "--envelope")
         _check_same_examples(records)
     summaries = [summarize(r, radii) for r in records]
     table = certification_table(summaries, radii)
@@ -88,7 +96,7 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
 
         plot_cost_frontier(records, plot_cost, cost_radius)
     _figures(records, plot, envelope, ecdf, sigma_hist)
-    return formatter(table)
+    return formatter(with_datasets(table, records))
 
 
 COST_COLUMNS = (("seconds_per_example", "s/img", "float3"),
@@ -162,20 +170,68 @@ def common_examples(records: Sequence) -> list:
     return out
 
 
-def _check_same_examples(records: Sequence) -> None:
-    """The σ-envelope takes the best file at each radius, so every file must certify the same
-    dataset split (as their manifests' identities say; files without a manifest, such as Cohen
-    et al.'s, are taken on trust)."""
+def data_split(records) -> str | None:
+    """The dataset split a file's rows certify, as its manifest's identity says
+    (``fashion-mnist test``); None for a file without one (Cohen et al.'s files)."""
+    identity = (records.manifest or {}).get("identity") or {}
+    if "dataset" not in identity:
+        return None
+    return " ".join(str(identity[k]) for k in ("dataset", "split") if identity.get(k) is not None)
+
+
+def _check_one_dataset(records: Sequence, flag: str) -> None:
+    """``flag`` matches files example by example (by idx), and the same idx in two datasets (or
+    splits) are two different images: every file must certify one dataset split, as their
+    manifests say (files without a manifest, such as Cohen et al.'s, are taken on trust)."""
     seen = {}
     for r in records:
-        identity = (r.manifest or {}).get("identity", {})
-        if "dataset" in identity:
-            seen.setdefault((identity["dataset"], identity.get("split")), r.path)
+        if (data := data_split(r)) is not None:
+            seen.setdefault(data, r.path)
     if len(seen) > 1:
         (a, path_a), (b, path_b) = list(seen.items())[:2]
         raise SmoothcertError(
-            f"--envelope combines files of one dataset split, but {path_a} is {a[0]} {a[1]} and "
-            f"{path_b} is {b[0]} {b[1]}; report them without --envelope or in separate reports")
+            f"{flag} combines files of one dataset split, but {path_a} is {a} and {path_b} is "
+            f"{b}; report them without {flag} or in separate reports")
+
+
+def _check_same_examples(records: Sequence) -> None:
+    """The σ-envelope takes the best file at each radius: over files of different examples
+    it would be a maximum over different populations, so every file must hold the same idx."""
+    first = set(records[0]["idx"].tolist())
+    for r in records[1:]:
+        other = set(r["idx"].tolist())
+        if other != first:
+            raise SmoothcertError(
+                f"--envelope takes the best file at each radius, so its files must hold the "
+                f"same examples, but {records[0].path} and {r.path} hold {len(first)} and "
+                f"{len(other)} examples ({len(first & other)} in both); add --common to take it "
+                "on the examples all files hold")
+
+
+DATASET_COLUMN = ("dataset", "dataset", "text")
+"""(key, header, style) of the column a table gets when its files certify several datasets."""
+
+
+def with_datasets(table: Table, records: Sequence) -> Table:
+    """``table`` (one row per file of ``records``, then any envelope row) with the column
+    :data:`DATASET_COLUMN` after ``name`` where the files certify more than one dataset split,
+    and a one-line note saying so; ``table`` itself otherwise."""
+    data = [data_split(r) for r in records]
+    groups: dict = {}
+    for r, d in zip(records, data):
+        if d is not None:
+            groups.setdefault(d, []).append(r.path)
+    if len(groups) < 2:
+        return table
+    log.warning("note: the table mixes %d dataset splits (%s); its dataset column says which "
+                "row is which", len(groups),
+                "; ".join(f"{d}: {paths[0] if len(paths) == 1 else f'{len(paths)} files'}"
+                          for d, paths in groups.items()))
+    data += [None] * (len(table.rows) - len(data))
+    return Table(keys=(table.keys[0], DATASET_COLUMN[0], *table.keys[1:]),
+                 headers=(table.headers[0], DATASET_COLUMN[1], *table.headers[1:]),
+                 styles=(table.styles[0], DATASET_COLUMN[2], *table.styles[1:]),
+                 rows=tuple((row[0], d, *row[1:]) for row, d in zip(table.rows, data)))
 
 
 def agreement_report(paths: Iterable, radii, fmt: str = "md", *, common: bool = False) -> str:
@@ -195,6 +251,8 @@ def agreement_report(paths: Iterable, radii, fmt: str = "md", *, common: bool = 
         raise SmoothcertError(f"--agreement compares files in pairs; got {len(paths)} files")
     records = _labelled_records(paths)
     pairs = list(zip(records[::2], records[1::2]))
+    for pair in pairs:
+        _check_one_dataset(pair, "--agreement")
     if common:
         pairs = [common_examples(pair) for pair in pairs]
     for a, b in pairs:
