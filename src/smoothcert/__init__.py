@@ -6,7 +6,7 @@ from .models.ensemble import Ensemble
 from .noise.gaussian import Gaussian
 from .noise.uniform import Uniform
 from .runs import certify_dataset
-from .smoothing.smoothed import Certificate, Prediction, Smoothed
+from .smoothing.smoothed import Certificate, InputRangeWarning, Prediction, Smoothed
 from .stats import binomial_pvalue, clopper_pearson_lower
 from .version import __version__
 
@@ -15,6 +15,7 @@ __all__ = [
     "Denoised",
     "Ensemble",
     "Gaussian",
+    "InputRangeWarning",
     "Prediction",
     "Smoothed",
     "Uniform",

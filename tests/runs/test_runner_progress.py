@@ -67,3 +67,11 @@ def test_the_runner_prints_lines_to_stderr(monkeypatch, capsys, tmp_path):
     assert lines[1].startswith("certify r.tsv: 1/3 images, ") and lines[1].endswith(" left")
     assert lines[-1].startswith("certify r.tsv: 3/3 images, 3 in 0:00:0")
     assert "\r" not in err  # plain lines, not a bar's carriage returns
+
+
+def test_one_example_to_go_is_singular():
+    """"1 images to go" read wrong; the opening line counts in the singular for one."""
+    out = io.StringIO()
+    ProgressLines(5, 4, "certify r.tsv", interval=30, clock=Clock(), stream=out)
+    assert out.getvalue().splitlines()[0] == (
+        "certify r.tsv: 1 image to go (4 done before); a line every 30 s")

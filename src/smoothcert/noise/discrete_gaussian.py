@@ -259,7 +259,7 @@ class DiscreteGaussian(Noise):
 
 @register_noise("discrete-gaussian-quantized")
 class QuantizedDiscreteGaussian(DiscreteGaussian):
-    """:class:`DiscreteGaussian` of the input rounded to the 8-bit grid (digits' 1/16 steps,
+    """The discrete Gaussian of the input rounded to the 8-bit grid (digits' 1/16 steps,
     float images): the certificate is that of the rounded input, for perturbations on the grid.
     The noise name in the record says the inputs were rounded."""
 

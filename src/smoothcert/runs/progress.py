@@ -43,8 +43,9 @@ class ProgressLines:
         self.initial, self.postfix = initial, ""
         resumed = f" ({initial} done before)" if initial else ""
         if ends:
-            self._say(f"{total - initial} {self.units} to go{resumed}; a line every "
-                      f"{interval:g} s")
+            left = total - initial
+            units = self.unit if left == 1 else self.units
+            self._say(f"{left} {units} to go{resumed}; a line every {interval:g} s")
 
     def set_postfix(self, **values) -> None:
         """Values shown at the end of the next lines, in the order given."""
