@@ -205,7 +205,7 @@ def test_unknown_torchvision_and_timm_names(folder, tmp_path, capsys):
     assert run(*base, "--arch", "torchvision:vit_b_16") == 2
     assert "cannot take 3×16×16 inputs" in capsys.readouterr().err
     assert run(*base, "--arch", "lenet", "--arch-param", "depth=3") == 2
-    assert "unknown arch parameter(s) depth for arch 'lenet'" in capsys.readouterr().err
+    assert "arch 'lenet' takes no arch parameters, got depth" in capsys.readouterr().err
 
 
 def test_training_does_not_depend_on_decoding_workers(folder, tmp_path):

@@ -363,8 +363,9 @@ def test_sigma_mode_params_are_checked_at_the_boundary():
     # the old keys of a fixed-σ config are ignored, as they always were (and said so)
     assert TrainConfig(**fixed, dd_steps=5) == TrainConfig(**fixed, dd_steps=0)
     assert TrainConfig(**fixed).sigma_mode_params == {}
-    with pytest.raises(SmoothcertError, match=r"unknown parameter\(s\) num_steps for sigma mode "
-                                              r"'fixed'; valid: \(none\)"):
+    with pytest.raises(SmoothcertError, match=r"sigma mode 'fixed' takes no parameters, got "
+                                              r"num_steps; num_steps is a parameter of sigma "
+                                              r"mode 'data_dependent'"):
         TrainConfig(**fixed, sigma_mode_params={"num_steps": 2})
     with pytest.raises(SmoothcertError, match="unknown parameter.*steps for sigma mode "
                                               "'data_dependent'; valid: num_steps, step_size, "
