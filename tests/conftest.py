@@ -1,3 +1,8 @@
+import importlib
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -160,3 +165,17 @@ def write_diffusers_folder(folder, channels=1, size=8, seed=0, unet=True, schedu
         diffusers.DDPMScheduler(num_train_timesteps=1000, beta_start=1e-4, beta_end=0.02,
                                 beta_schedule="linear").save_pretrained(folder)
     return folder
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@contextmanager
+def benchmark_module(name: str):
+    """``benchmarks/NAME.py`` imported for a test (benchmarks are scripts, not a package: their
+    folder is on sys.path only while the module is in use)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS))

@@ -10,7 +10,6 @@ bicubic resize runs too."""
 import copy
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from torch import nn
 
 pytest.importorskip("diffusers")
 
+from conftest import benchmark_module
 from smoothcert.denoisers import Denoised, DiffusionDenoiser  # noqa: E402
 from smoothcert.models.archs import NormalizeLayer  # noqa: E402
 
@@ -29,12 +29,8 @@ TINY = {"num_channels": "32", "channel_mult": "1,2", "num_res_blocks": "1",
 
 @pytest.fixture(scope="module")
 def dds():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import dds_like_for_like
-        yield dds_like_for_like
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    with benchmark_module("dds_like_for_like") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

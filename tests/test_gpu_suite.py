@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import benchmark_module
 from smoothcert.denoisers import one_shot_timestep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,12 +18,8 @@ BENCHMARKS = ROOT / "benchmarks"
 
 @pytest.fixture(scope="module")
 def suite():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import gpu_suite
-        yield gpu_suite
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    with benchmark_module("gpu_suite") as module:
+        yield module
 
 
 def test_cpu_run_prints_table_and_writes_json(tmp_path):
