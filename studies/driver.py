@@ -1,9 +1,10 @@
 """What the study drivers share: one CLI call that stops the driver when it fails, the flags
 every driver takes (--data-root, --quick, --out), and where a run writes.
 
-A driver is a user of the library: it calls the ``smoothcert`` command line, nothing else of the
-package. ``--quick`` writes under ``runs/studies-quick/<topic>/`` (or ``--out``), never over the
-committed records.
+A driver is a user of the library: it calls the ``smoothcert`` command line, and the Python API
+only for what the command line does not print (the paired bootstrap intervals of its verdicts,
+:func:`acr_interval`). ``--quick`` writes under ``runs/studies-quick/<topic>/`` (or ``--out``),
+never over the committed records.
 """
 
 from __future__ import annotations
@@ -16,6 +17,37 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOOTHCERT = [sys.executable, "-m", "smoothcert.cli"]
+
+
+# the verdicts' paired bootstrap: resampled image sets and the generator's seed (fixed, so a
+# rerun of the report writes the same intervals)
+RESAMPLES, SEED = 10_000, 0
+
+
+def acr_interval(first: Path, second: Path, level: float = 0.95):
+    """Paired bootstrap interval of ACR(second) − ACR(first) on the images both record files
+    hold (``smoothcert.evaluation.intervals``)."""
+    from smoothcert.evaluation.intervals import acr_difference
+    from smoothcert.runs.records import read_records
+
+    return acr_difference(read_records(first), read_records(second), resamples=RESAMPLES,
+                          seed=SEED, level=level)
+
+
+def accuracy_interval(first: Path, second: Path, radius: float, level: float = 0.95):
+    """Paired bootstrap interval of the difference (second − first) in certified accuracy at
+    ``radius`` on the images both record files hold."""
+    from smoothcert.evaluation.intervals import certified_accuracy_difference
+    from smoothcert.runs.records import read_records
+
+    return certified_accuracy_difference(read_records(first), read_records(second), radius,
+                                         resamples=RESAMPLES, seed=SEED, level=level)
+
+
+def interval_cell(interval, digits: int = 3) -> str:
+    """An interval as a table cell: ``+0.175 [+0.081, +0.272]``."""
+    e, lo, hi = (f"{v:+.{digits}f}" for v in (interval.estimate, interval.low, interval.high))
+    return f"{e} [{lo}, {hi}]"
 
 
 def call(cmd: list[str], capture: bool = False) -> str:

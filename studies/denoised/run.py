@@ -33,13 +33,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import yaml
+
+from smoothcert.evaluation.intervals import verdict
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # studies/driver.py
 from driver import (  # noqa: E402
     ROOT,
     SMOOTHCERT,
+    acr_interval,
     call,
     data_flags,
+    interval_cell,
     output_folder,
     parser,
     readme,
@@ -55,6 +62,12 @@ RADII = {"s025": "0:0.5:0.125", "s050": "0:1:0.25", "s100": "0:2:0.5"}
 PIPELINES = {"standard": None, "mse": "mse", "stab": "stab", "mse_stab": "mse_stab",
              "ddpm": "ddpm", "gaussian": None}
 DENOISED = ["mse", "stab", "mse_stab", "ddpm"]
+DNCNNS = ["mse", "stab", "mse_stab"]
+STABILITY = ["stab", "mse_stab"]
+# Salman et al.'s claim holds if either stability denoiser beats MSE: two comparisons, so each
+# interval is at 97.5% (Bonferroni: 95% for the pair). Carlini et al.'s holds if the DDPM beats
+# every DnCNN (an intersection-union test: each at 95% is 95% for all three).
+SALMAN_LEVEL, CARLINI_LEVEL = 0.975, 0.95
 
 
 @dataclass(frozen=True)
@@ -219,6 +232,8 @@ class Study:
                             str(self.doc), "--block", s], capture=True), end="")
         splice(self.doc, "cost", self.cost_table())
         splice(self.doc, "verdicts", self.verdicts())
+        splice(self.doc, "intervals", self.interval_table())
+        splice(self.doc, "capacity", self.capacity_table())
 
     def acr(self, s: str) -> dict[str, float]:
         """ACR of each published pipeline at σ ``s``, as ``smoothcert report`` computes it."""
@@ -231,19 +246,53 @@ class Study:
 
     def verdicts(self) -> str:
         """Per σ, the share of the ACR gap between the standard LeNet alone and the
-        Gaussian-trained one that each denoiser recovers, and the two claims' verdicts by the
-        rules README.md states; "—" where a record file is not published yet."""
-        lines = ["| σ | " + " | ".join(f"{p} recovers" for p in DENOISED)
-                 + " | Salman et al. | Carlini et al. |",
-                 "| --- |" + " ---: |" * len(DENOISED) + " --- | --- |"]
+        Gaussian-trained one that each denoiser recovers (a description; the verdicts are the
+        intervals' table); "—" where a record file is not published yet."""
+        lines = ["| σ | " + " | ".join(f"{p} recovers" for p in DENOISED) + " |",
+                 "| --- |" + " ---: |" * len(DENOISED)]
         for s in self.sizes.sigmas:
             acr = self.acr(s)
             share = {p: (acr[p] - acr["standard"]) / (acr["gaussian"] - acr["standard"])
                      for p in DENOISED if {p, "standard", "gaussian"} <= acr.keys()
                      and acr["gaussian"] > acr["standard"]}
             cells = [f"{100 * share[p]:.0f}%" if p in share else "—" for p in DENOISED]
-            lines.append(f"| {SIGMAS[s]} | " + " | ".join(cells)
-                         + f" | {salman(share)} | {carlini(acr)} |")
+            lines.append(f"| {SIGMAS[s]} | " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    def interval_table(self) -> str:
+        """Per σ, the paired bootstrap intervals of the ACR differences each claim rests on and
+        the claims' verdicts by the rules README.md states (:func:`salman`, :func:`carlini`)."""
+        pairs = [(b, "mse", SALMAN_LEVEL) for b in STABILITY]
+        pairs += [("ddpm", a, CARLINI_LEVEL) for a in DNCNNS]
+        lines = ["| σ | " + " | ".join(f"{b} − {a}" for b, a, _ in pairs[:2])
+                 + " | Salman et al. | " + " | ".join(f"{b} − {a}" for b, a, _ in pairs[2:])
+                 + " | Carlini et al. |", "| --- |" + " ---: |" * 2 + " --- |"
+                 + " ---: |" * 3 + " --- |"]
+        for s in self.sizes.sigmas:
+            published = {p for p in PIPELINES if self.complete(self.rec(f"{p}_{s}"))}
+            diff = {(b, a): acr_interval(self.rec(f"{a}_{s}"), self.rec(f"{b}_{s}"), level)
+                    for b, a, level in pairs if {a, b} <= published}
+            cells = [interval_cell(diff[b, a]) if (b, a) in diff else "—" for b, a, _ in pairs]
+            lines.append(f"| {SIGMAS[s]} | {cells[0]} | {cells[1]} | {salman(diff)} | "
+                         + " | ".join(cells[2:]) + f" | {carlini(diff)} |")
+        return "\n".join(lines) + "\n"
+
+    def capacity_table(self) -> str:
+        """What each denoiser is: its parameters (the published model) and its training
+        compute (epochs run × training images, from the published log and config; wall
+        seconds of training, each σ's run "/"-joined; a fine-tune's include the run it starts
+        from), next to the Carlini verdict."""
+        lines = ["| denoiser | parameters | trained for | epochs × images | training (s) |",
+                 "| --- | ---: | --- | ---: | ---: |"]
+        for kind in DENOISED:
+            runs = ["ddpm"] if kind == "ddpm" else [f"{kind}_{s}" for s in self.sizes.sigmas]
+            folder = self.out / "records" / "runs"
+            if not all((folder / run / "log.tsv").is_file() for run in runs):
+                continue
+            what = "every σ (t* per σ)" if kind == "ddpm" else "one σ each"
+            wall = " / ".join(f"{train_seconds(folder, run):.0f}" for run in runs)
+            lines.append(f"| {kind} | {parameters(folder / runs[0]):,} | {what} | "
+                         f"{training_images(folder, runs[0]):,} | {wall} |")
         return "\n".join(lines) + "\n"
 
     def cost_table(self) -> str:
@@ -282,24 +331,63 @@ def kept_model(run: str) -> tuple[str, ...]:
     return () if run.startswith("gaussian") else ("checkpoint.pt",)
 
 
-def salman(share: dict[str, float]) -> str:
-    """Claim 1 at one σ: the better stability denoiser recovers at least half of the ACR gap
-    and more than MSE (reproduced), more than MSE only (partly), else not reproduced."""
-    if not {"mse", "stab", "mse_stab"} <= share.keys():
+def salman(diff: dict) -> str:
+    """Claim 1 at one σ ("a stability-trained denoiser beats an MSE one"): reproduced where
+    either stability denoiser's ACR interval over MSE's lies above 0, not reproduced where
+    both lie below, a tie otherwise (each interval at SALMAN_LEVEL)."""
+    votes = [verdict(diff[b, "mse"]) for b in STABILITY if (b, "mse") in diff]
+    if len(votes) < len(STABILITY):
         return "—"
-    best = max(share["stab"], share["mse_stab"])
-    if best <= share["mse"]:
+    if "supported" in votes:
+        return "reproduced"
+    return "not reproduced" if set(votes) == {"reversed"} else "tie"
+
+
+def carlini(diff: dict) -> str:
+    """Claim 2 at one σ ("one-shot denoising with a diffusion model is competitive with trained
+    denoisers", tested as: the DDPM's ACR is above every DnCNN's): reproduced where all three
+    intervals lie above 0, not reproduced where any lies below, a tie otherwise."""
+    votes = [verdict(diff["ddpm", a]) for a in DNCNNS if ("ddpm", a) in diff]
+    if len(votes) < len(DNCNNS):
+        return "—"
+    if "reversed" in votes:
         return "not reproduced"
-    return "reproduced" if best >= 0.5 else "partly"
+    return "reproduced" if set(votes) == {"supported"} else "tie"
 
 
-def carlini(acr: dict[str, float]) -> str:
-    """Claim 2 at one σ: the one-shot DDPM's ACR is at least 90% of the best trained
-    denoiser's (competitive), else not reproduced."""
-    if not {"ddpm", "mse", "stab", "mse_stab"} <= acr.keys():
-        return "—"
-    best = max(acr["mse"], acr["stab"], acr["mse_stab"])
-    return "reproduced" if acr["ddpm"] >= 0.9 * best else "not reproduced"
+def parameters(run: Path) -> int:
+    """Trainable parameters of a published denoiser: a checkpoint's model (loaded through the
+    library) or a diffusers UNet's weights (counted from the safetensors header)."""
+    if (run / "checkpoint.pt").is_file():
+        from smoothcert.models.checkpoint import model_from_checkpoint
+
+        model, _ = model_from_checkpoint(run / "checkpoint.pt")
+        return sum(p.numel() for p in model.parameters() if p.requires_grad)
+    from safetensors import safe_open
+
+    weights = run / "diffusers" / "unet" / "diffusion_pytorch_model.safetensors"
+    with safe_open(str(weights), framework="np") as f:
+        names = f.keys()  # a safe_open handle is not iterable itself
+        return sum(int(np.prod(f.get_slice(k).get_shape())) for k in names)
+
+
+def train_seconds(folder: Path, run: str) -> float:
+    """Wall seconds of ``run``'s training (its wall_time.tsv), plus those of the run it
+    fine-tunes (mse_stab starts from mse)."""
+    rows = csv.DictReader((folder / run / "wall_time.tsv").open(), delimiter="\t")
+    parent = run.replace("mse_stab", "mse")
+    own = sum(float(r["seconds"]) for r in rows)
+    return own + (train_seconds(folder, parent) if parent != run else 0.0)
+
+
+def training_images(folder: Path, run: str) -> int:
+    """Epochs in ``run``'s published log × its training-set size (its config's train_size), plus
+    those of the run it fine-tunes (mse_stab starts from mse)."""
+    config = yaml.safe_load((folder / run / "config.yaml").read_text(encoding="utf-8"))
+    epochs = sum(1 for _ in (folder / run / "log.tsv").open()) - 1
+    own = epochs * int(config["train_size"])
+    parent = run.replace("mse_stab", "mse")
+    return own + (training_images(folder, parent) if parent != run else 0)
 
 
 def mean_time(path: Path) -> str:

@@ -35,9 +35,17 @@ def test_quick_run_certifies_every_pipeline_and_resumes(tmp_path):
     cost = block(doc, "cost")
     assert [row.split(" | ")[0][2:] for row in cost] == PIPELINES
     assert all(float(row.split(" | ")[1]) > 0 for row in cost)  # seconds per image
-    verdicts = block(doc, "verdicts")  # the gap shares and both claims' verdicts at σ = 0.5
-    assert len(verdicts) == 1 and verdicts[0].startswith("| 0.5 | ")
-    assert len(verdicts[0].split(" | ")) == 7
+    shares = block(doc, "verdicts")  # the gap shares at σ = 0.5
+    assert len(shares) == 1 and shares[0].startswith("| 0.5 | ")
+    assert len(shares[0].split(" | ")) == 5
+    intervals = block(doc, "intervals")  # five ACR intervals and both claims' verdicts
+    assert len(intervals) == 1 and intervals[0].count(" [") == 5
+    cells = intervals[0].split(" | ")
+    assert cells[3] in ("reproduced", "tie", "not reproduced"), cells
+    assert cells[7].rstrip(" |") in ("reproduced", "tie", "not reproduced"), cells
+    capacity = block(doc, "capacity")  # parameters and training of each denoiser
+    assert [row.split(" | ")[0][2:] for row in capacity] == ["mse", "stab", "mse_stab", "ddpm"]
+    assert all(int(row.split(" | ")[1].replace(",", "")) > 0 for row in capacity)
     for run in ("standard", "gaussian_s050", "mse_s050", "stab_s050", "mse_stab_s050", "ddpm"):
         assert (tmp_path / "records" / "runs" / run / "log.tsv").is_file()
     again = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout

@@ -2,10 +2,11 @@
 
 Each piece is one ``smoothcert report`` (or ``analyze easy-hard``) call over published record
 files; its table goes to tables/NAME.md and into README.md's block ``<!-- report:NAME -->``
-(``--into README.md --block NAME``), its figures to figures/. Four tables the CLI has no command
-for (training and certification time, sequential draws, σ_x after data-dependent training) are
-computed here from the published files. A piece whose record files are not all published yet is
-left as it is, so the report can be written while the study is still running.
+(``--into README.md --block NAME``), its figures to figures/. Five tables the CLI has no command
+for (training and certification time, sequential draws, σ_x after data-dependent training, the
+claims' paired bootstrap intervals) are computed here from the published files. A piece whose
+record files are not all published yet is left as it is, so the report can be written while the
+study is still running.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import csv
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -23,6 +25,31 @@ SIGMAS = ["gaussian_s025", "gaussian_s050", "gaussian_s100", "consistency_s025",
 EASY = ["gaussian_s050", "easy_focus_s050", "easy_focus_discard_s050", "easy_focus_reweigh_s050",
         "easy_focus_attack_s050"]
 STOPS = ("all", "n_max", "unreachable", "futile")
+OTHERS = ["consistency_s050", "smoothadv_s050", "macer_s050", "smoothmix_s050", "catrs_s050",
+          "easy_focus_s050"]  # Sun et al.'s Fig. 3: the methods against Gaussian at σ = 0.5
+# The comparisons behind the ACR and certified-accuracy claims, one row each: (claim, quantity
+# ("ACR" or "r=R"), first (run, record stem), second, claimed direction of second − first).
+# A claim holds where all its rows do, so each row's interval is at 95% (intersection-union).
+# Claim 10 claims equality ("≈"): there only a tie is consistent with it.
+COMPARISONS = [
+    *[("1", "ACR", (f"gaussian_s{s}", "certify"), (f"consistency_s{s}", "certify"), "greater")
+      for s in ("025", "050", "100")],
+    ("1", "ACR", ("stability_s050", "certify"), ("consistency_s050", "certify"), "greater"),
+    ("4", "ACR", ("gaussian_s050", "certify"), ("gaussian_s050", "data_dependent_k900"),
+     "greater"),
+    ("5", "ACR", ("gaussian_s050", "data_dependent_k900"),
+     ("gaussian_dd900_s050", "data_dependent_k900"), "greater"),
+    *[("6", what, ("gaussian_s050", "certify"), (run, "certify"), claimed)
+      for run in EASY[1:] for what, claimed in (("ACR", "greater"), ("r=0", "less"),
+                                                ("r=0.25", "less"))],
+    *[("8", what, ("gaussian_s050", "certify"), (run, "certify"), claimed)
+      for run in OTHERS for what, claimed in (("r=0", "less"), ("r=1.5", "greater"))],
+    *[("9", "ACR", ("consistency_s050", "certify"), (run, "certify"), "greater")
+      for run in ("smoothmix_s050", "catrs_s050", "catrs_teacher_s050")],
+    *[("10", "ACR", ("gaussian_s050", "certify"), (f"heat_g{g}_s050", "deterministic"), "≈")
+      for g in ("0006", "001", "003", "01")],
+]
+WORDS = {"supported": "reproduced", "tie": "tie", "reversed": "not reproduced"}
 
 
 class Pieces:
@@ -79,7 +106,10 @@ def write_report(out: Path, doc: Path, defs) -> None:
         p.report(f"envelope_{method}", *certify("certify", *runs), "--radii", "0:3:0.25",
                  "--envelope", "--plot", p.fig(f"envelope_{method}.png"))
     # Claims 1, 2, 4: every method at σ = 0.5; the easy-focus parts (Sun et al.'s Fig. 3 ECDF).
-    for name, runs in (("methods_s050", d.S050), ("easy_focus", EASY), ("seven_s050", d.SEVEN)):
+    # CAT-RS with its teacher joins Sun et al.'s seven once its records are published (the
+    # target=self variant's row stays beside it)
+    seven = [*d.SEVEN, *[r for r in d.LATE if Path(p.files("certify", r)[0]).is_file()]]
+    for name, runs in (("methods_s050", d.S050), ("easy_focus", EASY), ("seven_s050", seven)):
         p.report(name, *certify("certify", *runs), "--radii", "0:2:0.25",
                  "--plot", p.fig(f"{name}.png"), "--ecdf", p.fig(f"{name}_pa_ecdf.png"))
     dd_runs = ("gaussian_s050", "consistency_s050", "gaussian_dd_s050")
@@ -89,11 +119,12 @@ def write_report(out: Path, doc: Path, defs) -> None:
     p.report("heat", *certify("certify", "gaussian_s050", "heat_s050"),
              *p.files("deterministic", "heat_s050"), *p.files("lbound_heuristic", "heat_s050"),
              "--radii", "0:2:0.25", "--plot", p.fig("heat.png"))
-    grad_norms(p, d.SEVEN)
+    grad_norms(p, seven)
     heat_faithful(p, d.HEATS)
     dd_pieces(p)
     sequential_pieces(p, d)
     p.summary("dd_training", *dd_training(out))
+    p.summary("claim_intervals", *claim_intervals(out))
     p.summary("sequential_draws", *sequential_draws(out, d))
     p.summary("certify_time", *certify_time(out, d))
     p.summary("train_time", *train_time(out, d))
@@ -161,6 +192,40 @@ def sequential_pieces(p: Pieces, d) -> None:
         files = [f for r in d.RUNS if r.endswith(f"_{s}") for st in d.records_of(r)
                  if st.startswith("sequential") for f in p.files("certify", r) + p.files(st, r)]
         p.report(f"agreement_{s}", *files, "--agreement", "--radii", grid)
+
+
+def claim_intervals(out: Path) -> tuple[list[str], list[list[str]]]:
+    """Each comparison of COMPARISONS: the difference second − first on the images both record
+    files hold, its 95% paired bootstrap interval (studies/driver.py: 10,000 resamples, seed 0)
+    and the row's verdict: reproduced where the interval lies on the claimed side of 0, a tie
+    where it covers 0, not reproduced where it lies on the other side (for "≈", anything but a
+    tie is not reproduced)."""
+    from smoothcert.evaluation.intervals import verdict
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # studies/driver.py
+    from driver import accuracy_interval, acr_interval, interval_cell
+
+    header = ["claim", "quantity", "first", "second", "images", "second − first [95%]",
+              "claimed", "verdict"]
+    table = []
+    for claim, what, first, second, claimed in COMPARISONS:
+        a, b = (out / "records" / run / f"{stem}.tsv" for run, stem in (first, second))
+        names = [f"{run}/{stem}" for run, stem in (first, second)]
+        sign = {"greater": ">", "less": "<"}.get(claimed, claimed)
+        if not (a.is_file() and b.is_file()):
+            table.append([claim, what, *names, "", "not published yet", sign, "—"])
+            continue
+        interval = (acr_interval(a, b) if what == "ACR"
+                    else accuracy_interval(a, b, float(what.removeprefix("r="))))
+        word = WORDS[verdict(interval, "greater" if claimed == "≈" else claimed)]
+        if claimed == "≈":
+            word = "tie" if word == "tie" else "not reproduced"
+        if what != "ACR":  # certified accuracy in points
+            interval = replace(interval, estimate=100 * interval.estimate,
+                               low=100 * interval.low, high=100 * interval.high)
+        cell = interval_cell(interval, 3 if what == "ACR" else 1)
+        table.append([claim, what, *names, str(interval.count), cell, sign, word])
+    return header, table
 
 
 def rows(path: Path) -> list[dict]:

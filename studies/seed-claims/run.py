@@ -42,15 +42,20 @@ RUNS = ["gaussian_s025", "gaussian_s050", "gaussian_s100", "consistency_s025",
         "macer_s050", "easy_focus_discard_s050", "easy_focus_reweigh_s050",
         "easy_focus_attack_s050", "easy_focus_s050", "smoothadv_s050",
         "smoothadv_consistency_s050", "clean", "heat_g0006_s050", "heat_g001_s050",
-        "heat_g003_s050", "heat_g01_s050", "smoothmix_s050", "catrs_s050", "gaussian_dd900_s050"]
+        "heat_g003_s050", "heat_g01_s050", "smoothmix_s050", "catrs_s050", "gaussian_dd900_s050",
+        "catrs_teacher_s050"]
 QUICK_RUNS = ["gaussian_s050", "gaussian_dd_s050"]
 FINE_TUNES = {"heat_s050": "gaussian_s050", **{f"heat_g{g}_s050": "clean"
                                                 for g in ("0006", "001", "003", "01")}}
+# runs whose method reads another run's checkpoint as its teacher (CAT-RS's ŷ table)
+TEACHERS = {"catrs_teacher_s050": "gaussian_s025"}
 S050 = ["gaussian_s050", "consistency_s050", "stability_s050", "smoothadv_s050",
         "smoothadv_consistency_s050", "macer_s050", "easy_focus_s050", "easy_focus_discard_s050",
         "easy_focus_reweigh_s050", "easy_focus_attack_s050", "heat_s050", "gaussian_dd_s050"]
 SEVEN = ["gaussian_s050", "smoothadv_s050", "macer_s050", "consistency_s050", "smoothmix_s050",
          "catrs_s050", "easy_focus_s050"]
+LATE = ["catrs_teacher_s050"]  # Step 15: CAT-RS with its teacher, a row of SEVEN's tables when
+# its records are published
 HEATS = ["heat_g0006_s050", "heat_g001_s050", "heat_g003_s050", "heat_g01_s050"]
 GRIDS = {"s025": "0,0.25,0.5,0.75", "s050": "0,0.25,0.5,0.75,1,1.25,1.5",
          "s100": "0,0.25,0.5,0.75,1,1.25,1.5,1.75,2,2.25,2.5,2.75,3"}
@@ -91,6 +96,7 @@ def records_of(run: str) -> list[str]:
              "easy_focus_s050": ["grad_norms"]}
     only = {"clean": [], "heat_g0006_s050": ["deterministic", "certify"],
             "smoothmix_s050": ["certify", "grad_norms"], "catrs_s050": ["certify", "grad_norms"],
+            "catrs_teacher_s050": ["certify", "grad_norms"],
             "gaussian_dd900_s050": ["certify", "data_dependent", "data_dependent_k900"],
             **{h: ["deterministic"] for h in HEATS[1:]}}
     return only.get(run, ["certify", "sequential", *extra.get(run, [])])
@@ -173,6 +179,8 @@ class Study:
                 sys.exit(f"{run} fine-tunes {parent}, which is missing: train "
                          f"{FINE_TUNES[run]} first (delete its records folder if published)")
             cmd += ["--init-from", str(parent)]
+        if run in TEACHERS:
+            cmd += ["--param", f"teacher_checkpoint={self.teacher(run)}"]
         folder.mkdir(parents=True, exist_ok=True)
         before, started, start = epochs_logged(folder), time.strftime("%FT%TZ", time.gmtime()), \
             time.monotonic()
@@ -185,6 +193,19 @@ class Study:
                     f"{epochs_logged(folder)}\t{self.device}\t{hardware()}\n")
         (folder / "trained").touch()
 
+    def teacher(self, run: str) -> str:
+        """The checkpoint of ``run``'s teacher (relative to the repository root where it lies
+        below it, so the recorded config names no machine's folders), trained first where it
+        is absent: checkpoints are not in git. A retrained teacher must match its published
+        log (timings aside), as every retrained run must."""
+        name = TEACHERS[run]
+        ckpt = self.work / name / "checkpoint.pt"
+        if not ckpt.is_file():
+            (self.work / name / "trained").unlink(missing_ok=True)
+            self.train(name)
+        self.same_training(name)
+        return os.path.relpath(ckpt, ROOT) if ckpt.is_relative_to(ROOT) else str(ckpt)
+
     # ------------------------------------------------------------------------ certify
     def certify_file(self, run: str, stem: str) -> bool:
         """Certify one record file; False when another process holds its claim."""
@@ -192,6 +213,8 @@ class Study:
         if self.complete(path) or self.complete(self.rec(run, stem)):
             return True
         self.same_training(run)
+        if run in TEACHERS and stem == "grad_norms":  # its loss at test images asks the teacher
+            self.teacher(run)
         ckpt = str(self.work / run / "checkpoint.pt")
         sample = ["--skip", "20", "--seed", "0", "--device", self.device, "--no-progress",
                   *self.data, "--max", str(count_of(stem, self.sizes)), "--out", str(path)]

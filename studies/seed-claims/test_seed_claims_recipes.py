@@ -74,3 +74,17 @@ def test_epoch_hyperparameters_fall_inside_the_schedule():
     dd = cfgs["gaussian_dd900_s050"].sigma_mode_params
     updates = dd["num_steps"] * (epochs - dd["start_epoch"])
     assert abs(updates - 10 * 90) < dd["num_steps"] and dd["step_size"] == 1e-4
+
+
+def test_catrs_with_its_teacher_is_the_variant_but_for_the_target():
+    """catrs_teacher_s050 is catrs_s050 with the paper's ŷ: the teacher's votes, the teacher
+    being the study's own gaussian_s025 (trained before it, where the driver trains it)."""
+    variant, paper = (config(HERE / "configs" / f"{n}.yaml").method_params
+                      for n in ("catrs_s050", "catrs_teacher_s050"))
+    assert variant["target"] == "self" and paper["target"] == "teacher"
+    same = ("num_noise", "epsilon", "num_steps", "lbd", "confidence_mask", "double_epsilon_epoch")
+    assert all(variant[k] == paper[k] for k in same)
+    teacher = driver.TEACHERS["catrs_teacher_s050"]
+    assert paper["teacher_checkpoint"] == f"runs/seed-claims/{teacher}/checkpoint.pt"
+    assert config(HERE / "configs" / f"{teacher}.yaml").sigma == paper["teacher_sigma"] == 0.25
+    assert driver.RUNS.index(teacher) < driver.RUNS.index("catrs_teacher_s050")
