@@ -28,8 +28,8 @@ r=R\tcertified accuracy at radius R: examples predicted correctly with radius >=
 adjusted\tdata-dependent files: certificates the memory-based certifier changed
 σ_x min, σ_x mean, σ_x max\tthe smallest, mean and largest σ of the file's rows, shown when some \
 file's σ varies (data-dependent σ_x); a fixed-σ file shows its σ, a file without σ none
-s/img, passes/img, device\t--cost: mean seconds and mean noisy forward passes (n0 + n) per \
-example, and the device the manifest names
+s/img, passes/img, device\t--cost: mean seconds and mean forward passes (n0 + n, plus a \
+certifier's clean pass) per example, and the device the manifest names
 envelope\tthe row of --envelope: the best file at each radius (the σ-envelope) of files \
 holding the same examples of one dataset split (--common: those all files hold); clean acc is \
 the best file's, n, abstain and ACR are empty
@@ -79,8 +79,8 @@ def _report_args(p):
                    help="write the histogram of each file's per-example σ (its sigma column: "
                         "σ_x for data-dependent files)")
     p.add_argument("--cost", action="store_true",
-                   help="add cost columns: seconds and noisy forward passes (n0 + n) per "
-                        "example, and the device of the run")
+                   help="add cost columns: seconds and forward passes (n0 + n, plus a clean "
+                        "pass) per example, and the device of the run")
     p.add_argument("--plot-cost", metavar="IMAGE",
                    help="write certified accuracy at --cost-radius against forward passes per "
                         "example, one point per file, and their Pareto frontier")

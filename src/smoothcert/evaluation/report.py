@@ -64,7 +64,7 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
     columns ``σ_x min``, ``σ_x mean``, ``σ_x max`` (see :func:`certification_table`).
     ``common`` restricts every file to the examples (idx) that all of them hold, so files of
     different lengths over the same images are compared on the same images. ``cost`` adds
-    the columns :data:`COST_COLUMNS` (seconds and noisy forward passes per example, the device);
+    the columns :data:`COST_COLUMNS` (seconds and forward passes per example, the device);
     ``plot_cost``, a path, receives certified accuracy at ``cost_radius`` against forward passes
     per example, one point per file, the cheapest-best files joined (their Pareto frontier).
     """
@@ -102,8 +102,8 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
 COST_COLUMNS = (("seconds_per_example", "s/img", "float3"),
                 ("passes_per_example", "passes/img", "int"), ("device", "device", "text"))
 """(key, header, style) of ``report(cost=True)``'s columns: the mean of the ``time`` column, the
-mean noisy forward passes of base classifiers
-(:func:`~smoothcert.evaluation.metrics.forward_passes`: an ensemble's count its members') and
+mean forward passes of base classifiers (n0 + n, plus a certifier's clean pass;
+:func:`~smoothcert.evaluation.metrics.forward_passes`: an ensemble's count its members') and
 the device the manifest names (empty where a file lacks the column or the manifest)."""
 
 

@@ -110,7 +110,8 @@ class BatchedVotes:
         self._prepared: tuple[nn.Module, nn.Module] | None = None
 
     def settings(self) -> dict:
-        """The settings that change the computed function (they belong in a run's identity).
+        """The settings that may change the computed function (bf16) or its float rounding
+        (channels-last, compile): they belong in a run's identity.
         ``chunk``, which changes the draws, is not among them: the runner records it apart."""
         return {"precision": self.precision, "channels_last": self.channels_last,
                 "compile": self.compile}
