@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-WORKERS ?= 2  # pytest-xdist processes: the suite takes ~100 s on 2 cores, ~165 s on one
+WORKERS ?= 2  # pytest-xdist processes: the suite took 132-143 s on 2 idle cores (2026-11-27)
 
 .PHONY: demo test install clean studies-smoke
 
