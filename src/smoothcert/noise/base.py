@@ -18,6 +18,7 @@ import numbers
 from collections.abc import Callable
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from ..errors import SmoothcertError
@@ -29,9 +30,12 @@ NOISES: Registry = Registry("noise")
 """Noise name (``--noise``) -> :class:`Noise` subclass taking σ; checkpoints and run identities
 store the name."""
 
-NORMS = ("l2", "l1")
-"""Norms a certified ball may be measured in (the data-dependent memory and the report's radius
-axis know these two)."""
+NORMS = ("l2", "l1", "linf")
+"""Norms a certified ball may be measured in: every record of a noise's certificate carries one
+radius per norm (:meth:`Noise.radii`)."""
+
+NORM_ORDER = {"l1": 1.0, "l2": 2.0, "linf": math.inf}
+"""The p of each norm's ℓp."""
 
 
 class Noise(abc.ABC):
@@ -55,7 +59,14 @@ class Noise(abc.ABC):
     name: ClassVar[str] = ""
     """The registry name, set by :func:`register_noise`."""
     norm: ClassVar[str]
-    """"l2" or "l1": the norm of the ball :meth:`radius` certifies."""
+    """The primary norm (one of :data:`NORMS`): the norm of the ball :meth:`radius` certifies,
+    and of a record's ``radius`` column."""
+    direct_norms: ClassVar[tuple[str, ...]] = ()
+    """Every norm the noise certifies directly (:meth:`direct_radius`), the primary one first;
+    empty means just (:attr:`norm`,). Other norms are reached by :func:`convert_radius`."""
+    needs_dim: ClassVar[bool] = False
+    """True if the radius (or λ from σ) depends on the input dimension d: then :meth:`radius`
+    and :meth:`direct_radius` need ``dim``."""
     per_sample_sigma: ClassVar[bool] = True
     """True if σ may be a (B,) tensor (one σ per sample), as data-dependent training needs."""
     soft_radius: ClassVar[Callable[..., torch.Tensor] | None] = None
@@ -97,9 +108,37 @@ class Noise(abc.ABC):
         """Draw noise into the preallocated buffer ``out`` (no allocation); returns ``out``."""
 
     @abc.abstractmethod
-    def radius(self, p):
+    def radius(self, p, dim: int | None = None):
         """The certified radius (in :attr:`norm`, float64) of a top-class probability p > ½: a
-        float for a float p and a scalar σ, else a numpy array."""
+        float for a float p and a scalar σ, else a numpy array. ``dim`` is the input dimension
+        d = C·H·W (needed where :attr:`needs_dim`)."""
+
+    def direct_radius(self, norm: str, p, dim: int | None = None):
+        """The radius the noise certifies directly in ``norm`` (one of :meth:`certified_norms`)
+        for top-class probability p; by default only the primary norm, :meth:`radius`."""
+        if norm != self.norm:
+            raise SmoothcertError(f"noise {self.name!r} certifies {norm} only by conversion")
+        return self.radius(p, dim)
+
+    @classmethod
+    def certified_norms(cls) -> tuple[str, ...]:
+        """:attr:`direct_norms`, or (:attr:`norm`,) when none are declared."""
+        return cls.direct_norms or (cls.norm,)
+
+    def radii(self, p, dim: int) -> dict[str, object]:
+        """The best certified radius in every norm of :data:`NORMS` (float64, shaped like p):
+        the direct one where the noise has it, else the largest conversion of a direct one
+        (:func:`convert_radius`; Yang et al. 2020, the ``_certify_lp_convert`` of rs4a)."""
+        direct = {a: self.direct_radius(a, p, dim) for a in self.certified_norms()}
+        out = {}
+        for target in NORMS:
+            if target in direct:
+                out[target] = direct[target]
+                continue
+            converted = [convert_radius(r, a, target, dim) for a, r in direct.items()]
+            best = np.maximum.reduce([np.asarray(c, dtype=np.float64) for c in converted])
+            out[target] = float(best) if np.ndim(best) == 0 else best
+        return out
 
     def sigma_repr(self):
         """σ as plain Python (a float, or a list for per-sample σ), for reprs and records."""
@@ -160,12 +199,32 @@ def register_noise(name: str) -> Callable[[type[Noise]], type[Noise]]:
             raise TypeError(f"noise {name!r} must subclass smoothcert.noise.Noise")
         if getattr(cls, "norm", None) not in NORMS:
             raise TypeError(f"noise {name!r} must set norm to one of {', '.join(NORMS)}")
+        direct = cls.direct_norms or (cls.norm,)
+        if direct[0] != cls.norm or not set(direct) <= set(NORMS):
+            raise TypeError(f"noise {name!r}: direct_norms must start with its norm and name "
+                            f"norms of {', '.join(NORMS)}")
         if cls.soft_radius is not None and not cls.per_sample_sigma:
             raise TypeError(f"noise {name!r} declares a soft radius but no per-sample σ")
         cls.name = name
         return NOISES.register(name)(cls)
 
     return register
+
+
+def convert_radius(radius, source: str, target: str, dim: int):
+    """An ℓ_target radius inside the ℓ_source ball of ``radius`` in dimension ``dim``.
+
+    ‖δ‖_p ≤ ‖δ‖_q for q ≤ p, and ‖δ‖_p ≤ d^(1/p − 1/q)·‖δ‖_q for q > p, so the ℓq ball of
+    radius r / d^(1/p − 1/q) (q > p), or r (q ≤ p), lies in the ℓp ball of radius r."""
+    p, q = NORM_ORDER[source], NORM_ORDER[target]
+    if q <= p:
+        return radius
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1:
+        raise SmoothcertError(f"converting an {source} radius to {target} needs the input "
+                              f"dimension d >= 1, got {dim!r}")
+    penalty = float(dim) ** (1.0 / p - (0.0 if math.isinf(q) else 1.0 / q))
+    r = np.asarray(radius, dtype=np.float64) / penalty
+    return float(r) if np.ndim(r) == 0 else r
 
 
 def noises_with(capability: str) -> tuple[str, ...]:

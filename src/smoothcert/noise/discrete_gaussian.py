@@ -218,7 +218,7 @@ class DiscreteGaussian(Noise):
         super().__init__(sigma)
         self.table = _Table.of(self.sigma)
 
-    def radius(self, p):
+    def radius(self, p, dim: int | None = None):
         """Certified L2 radius σ·Φ⁻¹(p) in float64 (Cohen et al.'s, for f∘h; module doc)."""
         return cohen_radius(self.sigma, p)
 

@@ -32,7 +32,7 @@ class Gaussian(Noise):
         out.normal_(generator=generator)
         return out.mul_(self._broadcast_sigma(out))
 
-    def radius(self, p):
+    def radius(self, p, dim: int | None = None):
         """Certified L2 radius σ·Φ⁻¹(p) in float64; p is a float or array of probabilities > ½."""
         return cohen_radius(self._sigma_float64(), p)
 

@@ -41,7 +41,7 @@ class Uniform(Noise):
         out.uniform_(-1.0, 1.0, generator=generator)
         return out.mul_(math.sqrt(3.0) * self._broadcast_sigma(out))
 
-    def radius(self, p):
+    def radius(self, p, dim: int | None = None):
         """Certified L1 radius 2λ·(p − ½) in float64; p is a float or array of probabilities > ½."""
         sigma = self._sigma_float64()
         r = 2.0 * math.sqrt(3.0) * sigma * (np.asarray(p, dtype=np.float64) - 0.5)
