@@ -120,7 +120,7 @@ def test_the_data_dependent_certifier_follows_the_registry(laplace):
 
 @pytest.mark.parametrize("body, match", [
     ({}, "must set norm"),
-    ({"norm": "linf"}, "must set norm to one of l2, l1"),
+    ({"norm": "l3"}, "must set norm to one of l2, l1, linf"),
     ({"norm": "l1", "per_sample_sigma": False,
       "soft_radius": staticmethod(Uniform.soft_radius)}, "soft radius but no per-sample σ"),
 ])
