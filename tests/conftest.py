@@ -1,4 +1,5 @@
 import importlib
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -65,6 +66,19 @@ def write_checkpoint(path, arch="digits_cnn", num_classes=10, input_shape=(1, 8,
             "method": {"name": method, "hparams": {}}, "epoch": 0,
             "versions": versions(), "config": {}}
     return save_checkpoint(path, model, meta)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def radius_table_cache(tmp_path_factory):
+    """The ℓp noises' radius tables (``noise/tables.py``) go to a folder of this session, never
+    to the user's ~/.cache; subprocesses (the CLI) inherit it through the environment."""
+    before = os.environ.get("SMOOTHCERT_CACHE")
+    os.environ["SMOOTHCERT_CACHE"] = str(tmp_path_factory.mktemp("radius-tables"))
+    yield
+    if before is None:
+        del os.environ["SMOOTHCERT_CACHE"]
+    else:
+        os.environ["SMOOTHCERT_CACHE"] = before
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -227,6 +227,21 @@ def convert_radius(radius, source: str, target: str, dim: int):
     return float(r) if np.ndim(r) == 0 else r
 
 
+def float_or_array(r):
+    """A float64 radius: a float where it is a scalar, else a numpy array."""
+    r = np.asarray(r, dtype=np.float64)
+    return float(r) if r.ndim == 0 else r
+
+
+def require_dim(noise: str, dim, low: int = 1) -> int:
+    """``dim`` as an int >= ``low``, or one SmoothcertError saying that noise ``noise`` needs
+    the input dimension d = C·H·W for this radius (or for λ from σ)."""
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < low:
+        raise SmoothcertError(f"noise {noise!r} needs the input dimension d = C*H*W >= {low} "
+                              f"for its radius, got {dim!r}")
+    return int(dim)
+
+
 def noises_with(capability: str) -> tuple[str, ...]:
     """The registered noise names whose class has ``capability`` (a true, non-None class
     attribute such as ``"soft_radius"`` or ``"per_sample_sigma"``), in registration order."""
