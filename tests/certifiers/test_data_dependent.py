@@ -78,9 +78,9 @@ def test_optimize_sigma_leaves_the_model_alone_and_is_reproducible():
     with pytest.raises(SmoothcertError, match="σ0 has 3 entries"):
         optimize_sigma(model, x, torch.ones(3), num_steps=1, step_size=0.1, num_samples=1,
                        generator=None)
-    with pytest.raises(SmoothcertError, match="unknown noise 'laplace'"):
+    with pytest.raises(SmoothcertError, match="unknown noise 'no-such-noise'"):
         optimize_sigma(model, x, 0.1, num_steps=1, step_size=0.1, num_samples=1,
-                       generator=None, noise="laplace")
+                       generator=None, noise="no-such-noise")
 
 
 class Slab(nn.Module):

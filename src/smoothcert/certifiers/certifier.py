@@ -24,9 +24,11 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..errors import SmoothcertError
+from ..noise.base import NORMS, convert_radius
 from ..registry import Configurable, Registry
 from ..smoothing.smoothed import Certificate
-from .columns import Column, Relation
+from .columns import RADIUS_COLUMNS, RADIUS_NORMS, Column, Relation, radius_column
 
 CERTIFIERS: Registry = Registry("certifier")
 """Every per-input program of the dataset runner, the attack (``attack.py``, ``certifies`` False)
@@ -64,7 +66,9 @@ class Certifier(Configurable, abc.ABC):
     ``certifies`` (its rows hold a certificate; False for an empirical evaluation such as the
     attack, which ``certify --certifier`` does not offer), ``varies_sigma`` (it smooths each
     input at a σ of its own, so a denoiser tuned to the run's one σ, as a diffusion denoiser's
-    timestep, does not fit it).
+    timestep, does not fit it), ``uses_noise`` (False: it draws no noise, e.g. ablation
+    smoothing; its runs take no ``--noise``/``--sigma`` and their identity says noise "none",
+    σ 0).
     """
 
     plugin_kind = "certifier"
@@ -75,6 +79,7 @@ class Certifier(Configurable, abc.ABC):
     noises: tuple | None = None
     certifies: ClassVar[bool] = True
     varies_sigma: ClassVar[bool] = False
+    uses_noise: ClassVar[bool] = True
 
     def options(self) -> dict[str, Any]:
         """The options as plain values (the run identity's ``options``)."""
@@ -91,10 +96,34 @@ class Certifier(Configurable, abc.ABC):
         meter its passes (an ensemble's ``member_passes`` meter them all)."""
         return 0
 
+    def radius_norm(self) -> str | None:
+        """What this certifier's ``radius`` column measures, when it is not a ball of the run's
+        noise: None (the default) means the noise's norm (``noise.norm``: ℓ2 for Gaussian noise,
+        ℓ1 for uniform), with ``radius_l1``, ``radius_l2``, ``radius_linf`` beside it where the
+        certifier records them. A certifier whose radius is another quantity returns a short
+        label of its unit, shown as is by ``report`` (e.g. ``"patch side, pixels"``,
+        ``"ℓ0, pixels changed"``): at most 40 characters, one line, no tab. It may depend on the
+        options (one certifier, two units by ``mode``) but not on the run or the rows: ``report``
+        asks a certifier built from the record file's manifest (its certifier name and options),
+        and refuses ``--norm`` for such files (their radius is no ℓp distance)."""
+        return None
+
     def check(self, config) -> None:
         """Refuse a run configuration (a ``RunConfig``) this certifier cannot serve, before any
         file is written: raise :class:`~smoothcert.errors.SmoothcertError`."""
         return None
+
+    def check_model(self, model: torch.nn.Module, input_shape) -> None:
+        """Refuse the run's model, or its inputs' shape (C, H, W; None: unknown), before any
+        file is written (e.g. ablation: a model without the ablation encoding). By default
+        a certifier that smooths with noise refuses a model whose first layer reads encoded
+        inputs (``input_encoding``: ablated pixels): noise on such a model certifies nothing
+        its training prepared it for."""
+        encoding = getattr(model, "input_encoding", None)
+        if self.uses_noise and encoding is not None:
+            raise SmoothcertError(f"the model reads {encoding}-encoded inputs (trained with "
+                                  f"--method {encoding}); certify it with --certifier "
+                                  f"{encoding}, not {self.name!r}")
 
     def start(self, run: RunContext) -> None:
         """Called once per run before any program, with the rows already written when resuming:
@@ -128,12 +157,31 @@ def build_certifier(cls: type[Certifier], given: Mapping[str, Any]) -> Certifier
 
 
 CERTIFY_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time",
-                   "p_lower", "nA", "n0", "n", "alpha", "sigma", "seed")
+                   "p_lower", "nA", "n0", "n", "alpha", "sigma", *RADIUS_COLUMNS, "seed")
+"""Cohen et al.'s columns first, then CERTIFY's, the radius in every norm and the seed."""
 
 
 def certificate_row(c: Certificate, label: int) -> dict:
-    """The columns of a CERTIFY record from a :class:`Certificate` (−1: abstention)."""
+    """The columns of a CERTIFY record from a :class:`Certificate` (−1: abstention), with the
+    radius in every norm where the certificate has them (``c.radii``; one made by hand may
+    not)."""
     predict = -1 if c.abstained else c.prediction
     return {"predict": predict, "radius": c.radius, "correct": int(predict == label),
             "p_lower": c.p_lower, "nA": c.count, "n0": c.n0, "n": c.n, "alpha": c.alpha,
-            "sigma": c.sigma}
+            "sigma": c.sigma, **(radius_columns(c.radii) if c.radii else {})}
+
+
+def radius_columns(radii: Mapping[str, float]) -> dict[str, float]:
+    """``{"radius_l1": .., "radius_l2": .., "radius_linf": ..}`` from radii by norm."""
+    return {radius_column(norm): float(radii[norm]) for norm in RADIUS_NORMS}
+
+
+def converted_radii(radius: float, norm: str, dim: int) -> dict[str, float]:
+    """The radius in every norm implied by a certified ``norm`` ball of ``radius`` at an input
+    of ``dim`` = C·H·W coordinates, by the norms' inequalities alone
+    (:func:`~smoothcert.noise.base.convert_radius`): what a certifier records whose certificate
+    is one ball in one norm (the runner-up's, a sequential grid radius, a memory-adjusted
+    ball), since the noise's direct radii in other norms hold for p_lower, not for that ball.
+    ``radii[norm]`` is ``radius`` itself."""
+    return {target: float(radius) if target == norm
+            else float(convert_radius(float(radius), norm, target, dim)) for target in NORMS}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 
+from ..data.registry import DATASETS
 from ..noise.base import NOISES
 from ..stats import clopper_pearson_lower
 from .certifier import CERTIFY_COLUMNS, Certifier, certificate_row, register_certifier
@@ -21,7 +23,10 @@ class Certify(Certifier):
     Clopper–Pearson bound at level α. Guarantee: with probability ≥ 1−α, the smoothed classifier
     predicts ``predict`` on the ball of ``radius`` around x — σΦ⁻¹(p_lower) in L2 for Gaussian
     noise, 2λ(p_lower − ½) in L1 for uniform noise (Yang et al. 2020) — and ``predict`` −1 is an
-    abstention (p_lower < ½).
+    abstention (p_lower < ½). Under the same event ``radius_l1``, ``radius_l2`` and
+    ``radius_linf`` are certified in their norms (``noise.radii(p_lower, d)``, d = C·H·W: the
+    noise's direct certificate in a norm where it has one, else the best conversion; 0 on
+    abstention); the one of the noise's norm is ``radius``.
     """
 
     columns = CERTIFY_COLUMNS
@@ -29,8 +34,10 @@ class Certify(Certifier):
 
     def check(self, config):
         """A note when ``n`` draws at level α cannot certify any input (:func:`best_certify`)."""
-        noise = NOISES[config.noise](config.sigma)
-        note_too_few_draws(config, lambda n: best_certify(n, config.alpha, noise.radius))
+        noise, dim = NOISES[config.noise](config.sigma), input_dim(config.dataset)
+        note_too_few_draws(config, lambda n: best_certify(
+            n, config.alpha, None if noise.needs_dim and dim is None
+            else lambda p: noise.radius(p, dim)))
 
     def program(self, run, x, label, idx, generator):
         cfg = run.config
@@ -38,14 +45,22 @@ class Certify(Certifier):
         return certificate_row(c, label)
 
 
-def best_certify(n: int, alpha: float, radius: Callable[[float], float]) -> str | None:
+def input_dim(dataset: str) -> int | None:
+    """The input dimension d = C·H·W of a registered dataset's inputs, or None (an image
+    folder: its shape is known once its images are read)."""
+    shape = getattr(DATASETS.get(dataset), "input_shape", None)
+    return None if shape is None else math.prod(shape)
+
+
+def best_certify(n: int, alpha: float, radius: Callable[[float], float] | None) -> str | None:
     """Why CERTIFY with ``n`` estimation draws at level ``alpha`` abstains on every input, or
     None when it need not. Its best case is n votes of n for ĉ_A: p_lower = α^(1/n)
-    (Clopper–Pearson with k = n), a radius > 0 exactly when p_lower > ½ (n > log2(1/α))."""
+    (Clopper–Pearson with k = n), a radius > 0 exactly when p_lower > ½ (n > log2(1/α)).
+    ``radius`` None (a noise whose radius needs an unknown input dimension): p_lower alone."""
     p_lower = clopper_pearson_lower(n, n, alpha)
     if p_lower < 0.5:
         return f"even {n} votes of {n} give p_lower {p_lower:.4g} < 1/2"
-    if radius(p_lower) <= 0:
+    if radius is not None and radius(p_lower) <= 0:
         return f"even {n} votes of {n} give radius {radius(p_lower):.3g}"
     return None
 

@@ -85,6 +85,32 @@ def abstention_has_radius_zero(radius: str, predict: str) -> Relation:
                     lambda r, p: f"{radius} is {r} with {predict} -1; an abstention has radius 0")
 
 
+RADIUS_NORMS = ("l1", "l2", "linf")
+"""The norms of the ``radius_*`` columns (those of ``noise.base.NORMS``), in the order of the
+header: p ascending."""
+
+
+def radius_column(norm: str) -> str:
+    """The record column of the radius in ``norm`` (one of :data:`RADIUS_NORMS`)."""
+    return f"radius_{norm}"
+
+
+RADIUS_COLUMNS = tuple(radius_column(norm) for norm in RADIUS_NORMS)
+"""The certified radius in every norm (Yang et al. 2020): ``radius_l1``, ``radius_l2``,
+``radius_linf``, beside ``radius`` (the noise's own norm) in the files of certifiers whose
+certificate is a ball of the noise (since Step 16; older files have ``radius`` alone)."""
+
+
+def primary_radius(norm: str) -> Relation:
+    """``radius`` is the radius in the noise's norm ``norm``: the column ``radius_<norm>``
+    equals it (bit for bit: the certifiers write the same float). The schema adds this rule
+    for the noise its manifest names."""
+    column = radius_column(norm)
+    return Relation(("radius", column), lambda r, c: r != c,
+                    lambda r, c: f"{column} is {c} but radius is {r}; radius is the radius in "
+                                 f"the noise's norm ({norm}), so the two are equal")
+
+
 RUNNER_UP = a_class("runner_up")
 """The runner-up's class (the runner-up and L-bound certifiers); its votes are ``nB``."""
 
@@ -100,6 +126,8 @@ CERTIFY_RULES: dict[str, Column] = {
     "n": count("n"),
     "alpha": Column("float", "alpha is a level in (0, 1)", low=0.0, high=1.0, low_open=True),
     "sigma": Column("float", "sigma is a finite number > 0", low=0.0, low_open=True),
+    # the radius in every norm (certifiers whose certificate is a ball of the noise)
+    **{column: distance(column) for column in RADIUS_COLUMNS},
 }
 """The rules of the CERTIFY columns (``certifier.CERTIFY_COLUMNS`` less the runner's idx, label,
 time and seed)."""
@@ -109,6 +137,7 @@ CERTIFY_RELATIONS: tuple[Relation, ...] = (
              lambda c, p, y: f"correct is {c} with predict {p} and label {y}; correct is 1 "
                              "exactly when predict equals label"),
     abstention_has_radius_zero("radius", "predict"),
+    *(abstention_has_radius_zero(column, "predict") for column in RADIUS_COLUMNS),
     Relation(("nA", "n"), lambda a, n: a > n,
              lambda a, n: f"nA is {a}, more than n ({n}); nA counts among the n draws"),
 )

@@ -19,7 +19,10 @@ stored ball.
 
 Records: CERTIFY's columns, with ``sigma`` = σ_x and ``predict``/``radius``/``correct`` the
 memory classifier's answer, then ``predict_mc`` and ``radius_mc`` (the Monte Carlo certificate
-at σ_x before the memory) and ``adjusted`` (1 when the memory changed it).
+at σ_x before the memory) and ``adjusted`` (1 when the memory changed it). ``radius_l1``,
+``radius_l2``, ``radius_linf`` are the final answer's: with the memory, the conversions of its
+ball (the memory keeps balls of the noise's norm apart, so a direct radius in another norm
+would not be sound for the memory classifier); without it, the noise's radii at σ_x.
 
 The memory persists in the record file itself: on resume it is rebuilt from the rows already
 written, in file order (each row's idx gives x through the dataset, and its final ``predict``
@@ -48,7 +51,14 @@ from ..errors import SmoothcertError, check_bool, check_count, unknown_name
 from ..noise.base import NOISES, NoisesWith
 from ..registry import option
 from ..smoothing import sigma_optimization as dd
-from .certifier import CERTIFY_COLUMNS, Certifier, certificate_row, register_certifier
+from .certifier import (
+    CERTIFY_COLUMNS,
+    Certifier,
+    certificate_row,
+    converted_radii,
+    radius_columns,
+    register_certifier,
+)
 from .columns import abstention_has_radius_zero, distance, flag, prediction
 
 
@@ -318,8 +328,12 @@ class DataDependent(Certifier):
         # issued (= the order of the record file, which a resumed run replays)
         m = self._memory.certify(x, None if c.abstained else c.prediction, c.radius)
         predict = -1 if m.prediction is None else m.prediction
+        # the memory keeps balls of the noise's norm apart: only their conversions hold in
+        # the other norms (a direct radius of another norm holds for the Monte Carlo answer)
+        radii = converted_radii(m.radius, base.noise.norm, x.numel())
         return {**row, **mc, "predict": predict, "radius": m.radius,
-                "correct": int(predict == label), "adjusted": int(m.adjusted)}
+                "correct": int(predict == label), "adjusted": int(m.adjusted),
+                **radius_columns(radii)}
 
 
 def _step_size(value) -> float:

@@ -14,7 +14,7 @@ import torch
 
 from ..errors import SmoothcertError, check_count, check_probability
 from ..model_calls import engine_call, meter
-from ..smoothing.smoothed import Certificate, Smoothed
+from ..smoothing.smoothed import Certificate, Smoothed, certificate
 from ..stats import clopper_pearson_lower
 from ..tensors import eval_mode
 from .certifier import CERTIFY_COLUMNS, Certifier, certificate_row, register_certifier
@@ -48,7 +48,8 @@ def certify_deterministic(
     Guarantee: with probability ≥ 1−α over the n draws, p_A ≥ p_lower. So, unless it abstains
     (p_lower < ½), with probability ≥ 1−α the hard smoothed classifier g(x') = argmax_c
     P(f(x' + δ) = c) satisfies g(x + e) = ĉ for every ‖e‖₂ < σ·Φ⁻¹(p_lower) (Cohen et al.,
-    Thm. 1; with other noise, in its norm within ``noise.radius(p_lower)``) — in particular
+    Thm. 1; with other noise, in its norm within ``noise.radius(p_lower, d)``, d = C·H·W, and
+    in every norm within ``radii``) — in particular
     g(x) = ĉ = f(x) when p_lower > ½. ĉ is a deterministic function of x,
     independent of the draws, so no selection draws (n0 = 0) and no union bound are needed: the
     one bound is at level α. It is a statement about g, not about f(x + e).
@@ -65,16 +66,13 @@ def deterministic_program(smoothed: Smoothed, x, n: int, alpha: float, generator
     """:func:`certify_deterministic` as an engine program (its n draws batched with other
     inputs')."""
     check_count("n", n), check_probability("alpha", alpha)
-    sigma = smoothed.noise.scalar_sigma()
+    smoothed.noise.scalar_sigma()  # per-sample σ is refused before any draw
     x = smoothed.prepare_input(x, generator)
     c_hat = int(clean_scores(smoothed.model, x).argmax())  # host sync 1: no draws
     counts = yield from smoothed.votes_program(x, n, generator)
     n_a = int(counts[c_hat])
     p_lower = clopper_pearson_lower(n_a, n, alpha)
-    if p_lower < 0.5:
-        return Certificate(None, 0.0, p_lower, True, n_a, 0, n, alpha, sigma)
-    return Certificate(c_hat, smoothed.noise.radius(p_lower), p_lower, False, n_a, 0, n, alpha,
-                       sigma)
+    return certificate(smoothed.noise, c_hat, p_lower, n_a, 0, n, alpha, x.numel())
 
 
 @register_certifier("deterministic")

@@ -30,7 +30,13 @@ from scipy.stats import norm
 from ..errors import SmoothcertError
 from ..smoothing.engine import Draws
 from ..stats import clopper_pearson_lower
-from .certifier import CERTIFY_COLUMNS, Certifier, register_certifier
+from .certifier import (
+    CERTIFY_COLUMNS,
+    Certifier,
+    converted_radii,
+    radius_columns,
+    register_certifier,
+)
 from .certify import note_too_few_draws
 from .columns import RUNNER_UP, Relation, count, probability
 
@@ -111,10 +117,12 @@ class RunnerUp(Certifier):
         c = runner_up_certificate(int(selection.argmax()), estimation, cfg.alpha,
                                   smoothed.noise.scalar_sigma())
         predict = -1 if c.abstained else c.prediction
+        # one L2 ball (Theorem 1 with both bounds): the other norms are its conversions
+        radii = converted_radii(c.radius, smoothed.noise.norm, x.numel())
         return {"predict": predict, "radius": c.radius, "correct": int(predict == label),
                 "p_lower": c.p_lower, "nA": c.count, "n0": cfg.n0, "n": c.n,
-                "alpha": c.alpha, "sigma": c.sigma, "runner_up": c.runner_up,
-                "nB": c.runner_up_count, "pB_upper": c.p_upper}
+                "alpha": c.alpha, "sigma": c.sigma, **radius_columns(radii),
+                "runner_up": c.runner_up, "nB": c.runner_up_count, "pB_upper": c.p_upper}
 
 
 def best_runner_up(n: int, alpha: float, sigma: float) -> str | None:

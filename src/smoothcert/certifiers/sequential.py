@@ -24,7 +24,8 @@ ended: all / n_max / unreachable / futile).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.stats import norm
@@ -36,7 +37,13 @@ from ..smoothing.engine import Draws
 from ..smoothing.smoothed import Smoothed
 from ..stats.sequential_levels import certify_levels, grid
 from ..stats.sequential_tests import SEQUENTIAL_TESTS, SequentialTest
-from .certifier import CERTIFY_COLUMNS, Certifier, register_certifier
+from .certifier import (
+    CERTIFY_COLUMNS,
+    Certifier,
+    converted_radii,
+    radius_columns,
+    register_certifier,
+)
 from .columns import Column, Relation, count, probability
 
 RADIUS_STEP = 0.25  # spacing of the default grid, as in Cohen et al.'s and Jeong & Shin's tables
@@ -53,7 +60,9 @@ class SequentialCertificate:
     Unless ``abstained``, with probability ≥ 1−α over the draws the smoothed classifier predicts
     ``prediction`` on the whole L2 ball of ``radius`` (a grid radius) around x. On abstention
     ``prediction`` is None and ``radius`` 0. ``draws`` estimation draws were used (≤ ``n_max``),
-    ``count`` of them votes for ĉ_A.
+    ``count`` of them votes for ĉ_A. ``radii``: that L2 ball's radius in every norm
+    (:func:`~.certifier.converted_radii`: the grid radius is a claim about one L2 ball, not a
+    p_lower, so the other norms are its conversions).
     """
 
     prediction: int | None
@@ -68,6 +77,7 @@ class SequentialCertificate:
     alpha: float
     sigma: float
     stopped: str
+    radii: Mapping[str, float] = field(default_factory=dict)
 
 
 def sequential_program(smoothed: Smoothed, x, n0: int, radii, alpha: float, n_max: int,
@@ -95,9 +105,11 @@ def sequential_program(smoothed: Smoothed, x, n0: int, radii, alpha: float, n_ma
     except StopIteration as stop:
         o = stop.value
     certified = o.level >= 0
+    radius = float(grid_radii[o.level]) if certified else 0.0
     return SequentialCertificate(
-        c_hat if certified else None, float(grid_radii[o.level]) if certified else 0.0,
-        not certified, o.p_lower, o.p_upper, o.hits, n0, o.draws, n_max, alpha, sigma, o.stopped)
+        c_hat if certified else None, radius, not certified, o.p_lower, o.p_upper, o.hits, n0,
+        o.draws, n_max, alpha, sigma, o.stopped,
+        converted_radii(radius, smoothed.noise.norm, x.numel()))
 
 
 def certify_sequential(smoothed: Smoothed, x, n0: int, radii, alpha: float, n_max: int,
@@ -186,5 +198,5 @@ class Sequential(Certifier):
         predict = -1 if c.abstained else c.prediction
         return {"predict": predict, "radius": c.radius, "correct": int(predict == label),
                 "p_lower": c.p_lower, "nA": c.count, "n0": c.n0, "n": c.draws,
-                "alpha": c.alpha, "sigma": c.sigma, "n_max": c.n_max, "p_upper": c.p_upper,
-                "stopped": c.stopped}
+                "alpha": c.alpha, "sigma": c.sigma, **radius_columns(c.radii),
+                "n_max": c.n_max, "p_upper": c.p_upper, "stopped": c.stopped}

@@ -16,6 +16,10 @@ is over all n examples of the file, abstentions included):
 
 CERTIFY and PREDICT files, one row per file
 name\tthe file (its name, made distinct where two files share one)
+radius in\twhat the row's radii (ACR, r=R) are in: the norm of --norm (ℓ1, ℓ2, ℓ∞: the file's \
+radius_l1, radius_l2 or radius_linf column), or a certifier's own unit (a patch side in \
+pixels); shown with --norm or such a file, else each file's radius is in its noise's norm \
+(ℓ2 Gaussian, ℓ1 uniform)
 dataset\tthe dataset split the file certifies (its manifest's), shown when the files certify \
 more than one
 n\texamples in the file
@@ -60,6 +64,7 @@ r=R\ta/b: examples only the first file / only the second certifies at R"""
 
 def _report_args(p):
     from ..evaluation.tables import FORMATS
+    from ..noise.base import NORMS
 
     p.add_argument("files", nargs="+",
                    help="record files (smoothcert's or Cohen et al.'s; CERTIFY, PREDICT or "
@@ -67,6 +72,10 @@ def _report_args(p):
     p.add_argument("--radii", help="start:stop:step or a comma list; attack files: distances "
                                    f"(default: {REPORT_RADII})")
     p.add_argument("--format", default="md", choices=sorted(FORMATS), help="table format")
+    p.add_argument("--norm", choices=NORMS,
+                   help="read every file's certified radius in this norm (its radius_l1, "
+                        "radius_l2 or radius_linf column; default: each file's own radius, in "
+                        "its noise's norm) and say it in the table's 'radius in' column")
     p.add_argument("--plot", help="write certified accuracy vs radius (attack files: the "
                                   "attack curves) to this image file")
     p.add_argument("--envelope", action="store_true",
@@ -125,13 +134,14 @@ def cmd_report(args):
     if args.train:
         table = train_report(args.files, fmt=args.format)
     elif args.agreement:
-        table = agreement_report(args.files, radii, fmt=args.format, common=args.common)
+        table = agreement_report(args.files, radii, fmt=args.format, common=args.common,
+                                 norm=args.norm)
     else:
         table = report(args.files, parse_radii(radii), fmt=args.format, plot=args.plot,
                        envelope=args.envelope, ecdf=args.ecdf, sigma_hist=args.sigma_hist,
                        common=args.common, cost=args.cost, plot_cost=args.plot_cost,
                        cost_radius=COST_RADIUS if args.cost_radius is None
-                       else args.cost_radius)
+                       else args.cost_radius, norm=args.norm)
     if args.into is not None:
         splice_block(args.into, args.block, table)
     print(table, end="")
@@ -185,6 +195,7 @@ def _check_report_mode(args) -> None:
              "--cost": args.cost, "--plot-cost": args.plot_cost is not None,
              "--ecdf": args.ecdf is not None, "--sigma-hist": args.sigma_hist is not None,
              "--common": args.train and args.common,
+             "--norm": args.train and args.norm is not None,
              "--radii": args.train and args.radii is not None}
     ignored = [flag for flag, is_given in given.items() if is_given]
     if ignored:

@@ -23,7 +23,7 @@ LEGEND_INSIDE_MAX = 6  # curves whose legend fits inside the axes; more go besid
 
 def plot_certified_accuracy(
     records_list: Sequence[Records], path, max_radius: float | None = None,
-    envelope: bool = False,
+    envelope: bool = False, norm: str | None = None,
 ) -> Path:
     """Plot certified accuracy (in %) against radius, one exact step curve per file; save to
     ``path``. The figure is :func:`certified_accuracy_figure`'s.
@@ -32,11 +32,12 @@ def plot_certified_accuracy(
     temporary file in the same directory and a rename, so it is never half-written. Returns the
     path.
     """
-    return _save_atomic(certified_accuracy_figure(records_list, max_radius, envelope), Path(path))
+    return _save_atomic(certified_accuracy_figure(records_list, max_radius, envelope, norm),
+                        Path(path))
 
 
 def certified_accuracy_figure(records_list: Sequence[Records], max_radius: float | None = None,
-                              envelope: bool = False):
+                              envelope: bool = False, norm: str | None = None):
     """The figure of :func:`plot_certified_accuracy` (a matplotlib ``Figure``), ready to paste:
 
     * y: certified accuracy in percent, as the tables show it; x: the certificate's radius (L2,
@@ -50,20 +51,22 @@ def certified_accuracy_figure(records_list: Sequence[Records], max_radius: float
     Files without a radius column (PREDICT files) are skipped; if none has one, SmoothcertError.
     With ``envelope`` the σ-envelope of the files (the best of them at each radius) is drawn on
     top as a dashed black curve. The x axis spans ``[0, max_radius]`` (default: 5% past the
-    largest certified radius or marked limit).
+    largest certified radius or marked limit). ``norm``: the files' ``radius`` columns hold the
+    radius in that norm (``report --norm``, :func:`~.norms.in_norm`); the axis says it, and the
+    n-limited radius is taken in it. A certifier's own unit (a patch side) is said on the axis.
     """
     certified = [r for r in records_list if "radius" in r]
     if not certified:
         raise SmoothcertError("no record file has a radius column; nothing to plot")
     curves = [(r.name, certified_accuracy_curve(r)) for r in certified]  # names may repeat
     params = [run_parameters(r) for r in certified]
-    limits = [n_limited_radius(r) for r in certified]
+    limits = [n_limited_radius(r, norm) for r in certified]
     if max_radius is None:
         largest = max([float(r[-1]) for _, (r, _) in curves]
                       + [lim for lim in limits if lim is not None])
         max_radius = MARGIN * largest or 1.0
     check_positive_finite("max_radius", max_radius)
-    fig, ax = _figure(f"{_radius_norm(certified)} radius", "certified accuracy (%)")
+    fig, ax = _figure(_radius_axis(certified, norm), "certified accuracy (%)")
     common = {k: v for k, v in params[0].items() if all(p.get(k) == v for p in params)}
     colors = []
     for (name, (radii, acc)), own in zip(curves, params):
@@ -114,11 +117,14 @@ def run_parameters(records: Records) -> dict[str, float]:
     return found
 
 
-def n_limited_radius(records: Records) -> float | None:
+def n_limited_radius(records: Records, norm: str | None = None) -> float | None:
     """The largest radius CERTIFY can return with the file's n draws at level α, the noise's
-    radius at p_lower = α^(1/n) (σΦ⁻¹(α^(1/n)) for Gaussian noise); None unless the file is a
-    CERTIFY file (its manifest's certifier, or the CERTIFY columns ``n0``, ``p_lower`` without a
-    manifest) with one σ, n and α."""
+    radius at p_lower = α^(1/n) (σΦ⁻¹(α^(1/n)) for Gaussian noise), in ``norm`` (None: the
+    noise's own; another: ``noise.radii``); None unless the file is a CERTIFY file (its
+    manifest's certifier, or the CERTIFY columns ``n0``, ``p_lower`` without a manifest) with
+    one σ, n and α, and where the radius needs the input dimension d, a dataset that fixes
+    it."""
+    from ..certifiers.certify import input_dim
     from ..noise.base import NOISES
 
     identity = (records.manifest or {}).get("identity")
@@ -130,7 +136,11 @@ def n_limited_radius(records: Records) -> float | None:
     if len(params) < len(PARAMETERS):
         return None
     noise = NOISES[(identity or {}).get("noise", "gaussian")](float(params["sigma"]))
-    return float(noise.radius(float(params["alpha"]) ** (1.0 / int(params["n"]))))
+    p_lower = float(params["alpha"]) ** (1.0 / int(params["n"]))
+    dim = input_dim((identity or {}).get("dataset"))
+    if norm is None or norm == noise.norm:
+        return None if noise.needs_dim and dim is None else float(noise.radius(p_lower, dim))
+    return None if dim is None else float(noise.radii(p_lower, dim)[norm])
 
 
 def _parameter_text(params: dict) -> str:
@@ -138,6 +148,20 @@ def _parameter_text(params: dict) -> str:
     return ", ".join(f"{symbol}={params[column]:g}" if column != "n" else
                      f"{symbol}={int(params[column])}"
                      for column, symbol in PARAMETERS if column in params)
+
+
+def _radius_axis(records_list: Sequence[Records], norm: str | None) -> str:
+    """The x axis's label: ``ℓ∞ radius`` for a chosen norm, ``radius (patch side, pixels)``
+    when every file's certifier gives its radius that unit, :func:`_radius_norm`'s when none
+    gives one (files of both: a plain label; their table's ``radius in`` column tells)."""
+    from .norms import NORM_LABELS, certifier_unit
+
+    if norm is not None:
+        return f"{NORM_LABELS[norm]} radius"
+    units = {certifier_unit(r) for r in records_list}
+    if units == {None}:
+        return f"{_radius_norm(records_list)} radius"
+    return f"radius ({units.pop()})" if len(units) == 1 else "radius (units differ by file)"
 
 
 def _radius_norm(records_list: Sequence[Records]) -> str:

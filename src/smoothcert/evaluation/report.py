@@ -43,6 +43,7 @@ from .metrics import (
     summarize,
     summarize_attack,
 )
+from .norms import certifier_unit, check_norm, in_norms, radius_unit
 from .tables import Table, get_format
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 
 def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool = False,
            ecdf=None, sigma_hist=None, common: bool = False, cost: bool = False,
-           plot_cost=None, cost_radius: float = 0.5) -> str:
+           plot_cost=None, cost_radius: float = 0.5, norm: str | None = None) -> str:
     """Read each record file, summarize it at ``radii`` and return the table in format ``fmt``.
 
     ``paths`` is one path or several; ``radii`` is a sequence of floats or a string for
@@ -67,15 +68,16 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
     the columns :data:`COST_COLUMNS` (seconds and forward passes per example, the device);
     ``plot_cost``, a path, receives certified accuracy at ``cost_radius`` against forward passes
     per example, one point per file, the cheapest-best files joined (their Pareto frontier).
+    ``norm`` (``l1``, ``l2``, ``linf``; None: each file's own) reads every file's radius in
+    that norm (:func:`~.norms.in_norm`; all of the above is computed from it) and says it in
+    the column :data:`UNIT_COLUMN` (:func:`with_units`: also a certifier's own unit).
     """
     formatter = get_format(fmt)  # fail on a bad name before reading anything
+    check_norm(norm)
     radii = _radii(radii)
     check_outputs(paths, {"--plot": plot, "--ecdf": ecdf, "--sigma-hist": sigma_hist,
                           "--plot-cost": plot_cost})
-    records = _labelled_records(paths)
-    if common:
-        _check_one_dataset(records, "--common")
-        records = common_examples(records)
+    records = _read(paths, norm, common)
     if _attack_files(records):
         if envelope or ecdf is not None or sigma_hist is not None or cost or plot_cost:
             raise SmoothcertError("the envelope, the p̂_A ECDF, the σ histogram and the cost "
@@ -95,8 +97,18 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
         from .plots import plot_cost_frontier
 
         plot_cost_frontier(records, plot_cost, cost_radius)
-    _figures(records, plot, envelope, ecdf, sigma_hist)
-    return formatter(with_datasets(table, records))
+    _figures(records, plot, envelope, ecdf, sigma_hist, norm)
+    return formatter(with_datasets(with_units(table, records, norm), records))
+
+
+def _read(paths, norm: str | None, common: bool) -> list:
+    """The files, named, their radii in ``norm`` (:func:`~.norms.in_norm`), each restricted
+    to the examples all hold where ``common``."""
+    records = in_norms(_labelled_records(paths), norm)
+    if common:
+        _check_one_dataset(records, "--common")
+        records = common_examples(records)
+    return records
 
 
 COST_COLUMNS = (("seconds_per_example", "s/img", "float3"),
@@ -133,7 +145,8 @@ def check_outputs(paths, outputs: dict) -> None:
                                       "its own file")
 
 
-def _figures(records: Sequence, plot, envelope: bool, ecdf, sigma_hist) -> None:
+def _figures(records: Sequence, plot, envelope: bool, ecdf, sigma_hist,
+             norm: str | None = None) -> None:
     """Write the figures asked for, after checking every file for all of them (so that a bad
     file leaves no figure written)."""
     from .metrics import pa_hat
@@ -147,7 +160,7 @@ def _figures(records: Sequence, plot, envelope: bool, ecdf, sigma_hist) -> None:
     if plot is not None:
         from .plots import plot_certified_accuracy
 
-        plot_certified_accuracy(records, plot, envelope=envelope)
+        plot_certified_accuracy(records, plot, envelope=envelope, norm=norm)
     if ecdf is not None:
         from .plots import plot_pa_ecdf
 
@@ -208,6 +221,33 @@ def _check_same_examples(records: Sequence) -> None:
                 "on the examples all files hold")
 
 
+UNIT_COLUMN = ("radius_in", "radius in", "text")
+"""(key, header, style) of the column that says what each row's radii are in: the norm of
+``--norm`` (``ℓ∞``), or a certifier's own unit (``patch side, pixels``)."""
+
+
+def with_units(table: Table, records: Sequence, norm: str | None) -> Table:
+    """``table`` (one row per file of ``records``, then any envelope row) with
+    :data:`UNIT_COLUMN` after ``name`` when a norm is chosen or a file's certifier gives its
+    radius a unit of its own (:func:`~.norms.radius_unit`); ``table`` itself otherwise, so a
+    report of files in their noises' norms reads as it did before radii in every norm."""
+    if norm is None and all(certifier_unit(r) is None for r in records):
+        return table
+    units = [radius_unit(r, norm) for r in records]
+    shared = units[0] if len(set(units)) == 1 else None  # the envelope row's
+    units += [shared] * (len(table.rows) - len(units))
+    return _inserted(table, UNIT_COLUMN, units)
+
+
+def _inserted(table: Table, column: tuple, values: Sequence) -> Table:
+    """``table`` with ``column`` ((key, header, style)) after its first, holding ``values``."""
+    key, header, style = column
+    return Table(keys=(table.keys[0], key, *table.keys[1:]),
+                 headers=(table.headers[0], header, *table.headers[1:]),
+                 styles=(table.styles[0], style, *table.styles[1:]),
+                 rows=tuple((row[0], v, *row[1:]) for row, v in zip(table.rows, values)))
+
+
 DATASET_COLUMN = ("dataset", "dataset", "text")
 """(key, header, style) of the column a table gets when its files certify several datasets."""
 
@@ -228,13 +268,11 @@ def with_datasets(table: Table, records: Sequence) -> Table:
                 "; ".join(f"{d}: {paths[0] if len(paths) == 1 else f'{len(paths)} files'}"
                           for d, paths in groups.items()))
     data += [None] * (len(table.rows) - len(data))
-    return Table(keys=(table.keys[0], DATASET_COLUMN[0], *table.keys[1:]),
-                 headers=(table.headers[0], DATASET_COLUMN[1], *table.headers[1:]),
-                 styles=(table.styles[0], DATASET_COLUMN[2], *table.styles[1:]),
-                 rows=tuple((row[0], d, *row[1:]) for row, d in zip(table.rows, data)))
+    return _inserted(table, DATASET_COLUMN, data)
 
 
-def agreement_report(paths: Iterable, radii, fmt: str = "md", *, common: bool = False) -> str:
+def agreement_report(paths: Iterable, radii, fmt: str = "md", *, common: bool = False,
+                     norm: str | None = None) -> str:
     """Compare record files pairwise, example by example (1st with 2nd, 3rd with 4th, ...).
 
     One row per pair: the two names, n, the fraction of (example, radius) pairs on which they
@@ -242,14 +280,15 @@ def agreement_report(paths: Iterable, radii, fmt: str = "md", *, common: bool = 
     the examples only the first certifies there / only the second (see
     :class:`~smoothcert.evaluation.metrics.Agreement`). ``common``: each pair is compared on the
     examples
-    both files hold.
+    both files hold. ``norm``: each file's radius in that norm, as :func:`report`'s.
     """
     formatter = get_format(fmt)
+    check_norm(norm)
     radii = _radii(radii)
     paths = _paths_and_labels(paths)[0]
     if len(paths) % 2:
         raise SmoothcertError(f"--agreement compares files in pairs; got {len(paths)} files")
-    records = _labelled_records(paths)
+    records = in_norms(_labelled_records(paths), norm)
     pairs = list(zip(records[::2], records[1::2]))
     for pair in pairs:
         _check_one_dataset(pair, "--agreement")

@@ -291,7 +291,8 @@ def _load(path: Path) -> Records:
             torn = torn_at_end
             if block:
                 cells, count = _split(path, header, block, line)
-                data = parse_columns(path, header, cells, line, _joined(header, parts))
+                data = parse_columns(path, header, cells, line, _joined(header, parts),
+                                     ((manifest or {}).get("identity") or {}).get("certifier"))
                 check_rows(path, data, rules, line)
                 parts.append((data, [cells[j] for j in rules.unknown]))
                 line += count

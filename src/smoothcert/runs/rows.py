@@ -15,18 +15,25 @@ import warnings
 import numpy as np
 
 from ..certifiers import Certifier, RunContext
+from ..certifiers.columns import RADIUS_COLUMNS
 from ..rng import example_generator
 from ..smoothing.smoothed import InputRangeWarning, outside_unit_range, unit_range_message
 from .records import Records
 
+LATER_COLUMNS = ("member_passes", *RADIUS_COLUMNS)
+"""Columns a program's row holds that a file may lack: ``member_passes`` (one model, or a file
+from before it) and the radius in every norm (a file from before Step 16, resumed: it goes on
+in its own header)."""
+
 
 def written(writer, bar, rows) -> list[dict]:
-    """Each row appended to ``writer`` (without ``member_passes`` where the file has no such
-    column: one model, or a file from before it) as it comes, the bar advanced; the rows."""
+    """Each row appended to ``writer`` (without those of :data:`LATER_COLUMNS` the file has
+    not) as it comes, the bar advanced; the rows."""
     produced = []
     for row in rows:
-        if "member_passes" not in writer.columns:
-            del row["member_passes"]
+        for column in LATER_COLUMNS:
+            if column not in writer.columns:
+                row.pop(column, None)
         writer.write(row)
         produced.append(row)
         bar.update()

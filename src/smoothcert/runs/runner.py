@@ -46,6 +46,7 @@ from ..errors import SmoothcertError, check_count, check_positive_finite, check_
 from ..io import write_json_atomic
 from ..models.checkpoint import versions
 from ..noise.base import NOISES
+from ..smoothing.ablation import NO_NOISE, NoNoise
 from ..smoothing.engine import CHUNK, BatchedVotes
 from ..smoothing.smoothed import Smoothed, plain
 from ..tensors import eval_mode
@@ -77,7 +78,7 @@ from .records import (
     shard_indices,
     shard_path,
 )
-from .rows import NoFile, no_records, python_row, run_rows, written
+from .rows import LATER_COLUMNS, NoFile, no_records, python_row, run_rows, written
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,9 @@ class RunConfig:
     def __post_init__(self):
         certifier, noise = _resolved_names(self.certifier, self.noise)
         object.__setattr__(self, "certifier", certifier), object.__setattr__(self, "noise", noise)
-        check_positive_finite("sigma", self.sigma), check_count("n", self.n)
+        if certifier_class(certifier).uses_noise:  # else σ is 0: no noise (_no_noise)
+            check_positive_finite("sigma", self.sigma)
+        check_count("n", self.n)
         check_probability("alpha", self.alpha), check_count("batch", self.batch)
         check_count("skip", self.skip), check_count("seed", self.seed, minimum=0)
         check_count("chunk", self.chunk)
@@ -170,6 +173,12 @@ def _resolved_names(certifier: str, noise: str) -> tuple[str, str]:
     certifier's."""
     certifier, noise = certifier_spelling(certifier, noise)
     cls = certifier_class(certifier)
+    if not cls.uses_noise or noise == NO_NOISE:  # e.g. ablation: the identity says no noise
+        if cls.uses_noise or noise != NO_NOISE:
+            needs = "needs a" if cls.uses_noise else "draws no"
+            raise SmoothcertError(f"certifier {certifier!r} {needs} noise; its run's noise "
+                                  f"cannot be {noise!r}")
+        return certifier, noise
     NOISES[noise]  # an unknown name raises with the list of known ones
     if cls.noises is not None and noise not in cls.noises:
         raise SmoothcertError(f"certifier {certifier!r} certifies with noise "
@@ -245,10 +254,23 @@ def _api_config(source: ModelSource, data: Examples, denoiser, certifier: str, n
     certifier, noise = certifier_spelling(certifier, noise)
     if not certifier_class(certifier).needs_n0:  # an unknown name raises, listing the known
         counts = {**counts, "n0": None}
-    sigma, noise = sigma_and_noise(plain(sigma), noise, source, denoised=denoiser is not None)
+    if certifier_class(certifier).uses_noise:
+        sigma, noise = sigma_and_noise(plain(sigma), noise, source,
+                                       denoised=denoiser is not None)
+    else:
+        sigma, noise = _no_noise(certifier, sigma, noise)
     source = with_denoiser(source, denoiser, sigma, noise)
     return _dataset_config(source, data, certifier, noise, sigma, counts, options, engine,
                            indices), source
+
+
+def _no_noise(certifier: str, sigma, noise) -> tuple[float, str]:
+    """σ 0 and noise "none" for a certifier that draws no noise (``uses_noise`` False, e.g.
+    ablation smoothing); a σ or a noise given is refused, since it would change nothing."""
+    if sigma is not None or noise is not None:
+        raise SmoothcertError(f"certifier {certifier!r} draws no noise: drop --sigma and "
+                              "--noise")
+    return 0.0, NO_NOISE
 
 
 def _dataset_config(source: ModelSource, data: Examples, certifier: str, noise: str,
@@ -317,7 +339,8 @@ def _checked_run(cfg: RunConfig, source: ModelSource, data: Examples, shard, wor
     mine = shard_indices(cfg.run_indices(len(data)), *shard)
     _check_shardable(cfg, certifier, shard)
     certifier.check(cfg)  # e.g. sequential's grid: refused before the record file exists
-    noise = NOISES[cfg.noise](cfg.sigma)
+    certifier.check_model(source.model, data.input_shape)  # e.g. ablation's encoding
+    noise = NOISES[cfg.noise](cfg.sigma) if cfg.noise != NO_NOISE else NoNoise()
     if mine:  # e.g. the sound noises' 8-bit grid: refused before the file is opened
         noise.check_input(data.example(mine[0])[0])
     check_labels(data, mine, source.num_classes)  # a row with label -1 would poison the file
@@ -375,12 +398,16 @@ def _check_extends(path: Path, old: dict, new: dict) -> None:
 
 def record_columns(cfg: RunConfig, old_manifest: dict | None = None) -> tuple:
     """The certifier's columns; an ensemble's files add ``member_passes`` (its members' forward
-    passes per example), except a file written before the column, which resumes without it."""
+    passes per example). A file written before a column it would have now (``member_passes``,
+    the radius in every norm: :data:`~smoothcert.certifiers.columns.RADIUS_COLUMNS`) resumes
+    without it, so that its header and its rows stay one format."""
     columns = tuple(certifier_class(cfg.certifier).columns)
-    if cfg.ensemble is None or (
-            old_manifest is not None and "member_passes" not in old_manifest.get("columns", ())):
+    if cfg.ensemble is not None:
+        columns = (*columns, "member_passes")
+    if old_manifest is None:
         return columns
-    return (*columns, "member_passes")
+    had = set(old_manifest.get("columns") or ())
+    return tuple(c for c in columns if c in had or c not in LATER_COLUMNS)
 
 
 def _check_shardable(cfg: RunConfig, certifier: Certifier, shard) -> None:

@@ -41,9 +41,12 @@ from ..certifiers.columns import (
     a_class,
     distance,
     prediction,
+    primary_radius,
+    radius_column,
 )
 from ..data.registry import DATASETS
 from ..errors import SmoothcertError
+from ..noise.base import NOISES
 
 RUN_COLUMNS: dict[str, Column] = {
     # the runner's own, in every record file
@@ -76,17 +79,22 @@ def known_columns() -> dict[str, Column]:
     return columns
 
 
-def known_relations() -> list[Relation]:
-    """CERTIFY's rules between the columns of a row, then every program's own (``relations``)."""
+def known_relations(certifier: str | None = None) -> list[Relation]:
+    """CERTIFY's rules between the columns of a row, then the program's own (``relations``) for
+    a file of registered ``certifier``, else every program's: a program's rules hold in its
+    own files (``nA + nB <= n`` holds for argmax votes, not for the ablation certifier's
+    threshold votes, where a position may vote for both classes)."""
     relations = list(CERTIFY_RELATIONS)
-    for program in CERTIFIERS.values():
+    programs = [CERTIFIERS[certifier]] if certifier in CERTIFIERS else CERTIFIERS.values()
+    for program in programs:
         relations += [rel for rel in program.relations if rel not in relations]
     return relations
 
 
 # --------------------------------------------------------------------------- parsing and checks
 def parse_columns(path, header: Sequence[str], cells: Sequence[Sequence[str]],
-                  first_line: int = 2, earlier: dict | None = None) -> dict:
+                  first_line: int = 2, earlier: dict | None = None,
+                  certifier: str | None = None) -> dict:
     """The columns of a record file's rows, each parsed to its type, after every check.
 
     ``cells`` holds one sequence of str per column of ``header`` (the rows' fields, the first
@@ -94,6 +102,7 @@ def parse_columns(path, header: Sequence[str], cells: Sequence[Sequence[str]],
     schema: a field's type or range, a rule between fields, or an idx seen before. A file read
     in chunks passes ``earlier``: the parsed columns of the rows before these (lines 2 to
     ``first_line`` − 1, already checked), so that an idx of theirs repeated here is found too.
+    ``certifier``: the manifest's, whose rules between columns apply (:func:`known_relations`).
     """
     data, problems, columns = {}, [], known_columns()
     bad_rows = np.zeros(len(cells[0]) if cells else 0, dtype=bool)
@@ -104,7 +113,7 @@ def parse_columns(path, header: Sequence[str], cells: Sequence[Sequence[str]],
         if bad.any():
             i = int(np.argmax(bad))
             problems.append((i, f"{name} is {_shown(text[i])}; {columns[name].rule}"))
-    problems += _relation_problems(data, ~bad_rows)
+    problems += _relation_problems(data, ~bad_rows, certifier)
     problems += _duplicate_problems(data, ~bad_rows, first_line, earlier or {})
     if problems:
         i, text = min(problems, key=lambda p: p[0])
@@ -198,10 +207,10 @@ def _shown(cell: str) -> str:
         return repr(cell)
 
 
-def _relation_problems(data: dict, ok: np.ndarray) -> list:
+def _relation_problems(data: dict, ok: np.ndarray, certifier: str | None = None) -> list:
     """(row, text) of the first row that breaks each relation, among rows whose fields are ok."""
     problems = []
-    for rel in known_relations():
+    for rel in known_relations(certifier):
         if all(c in data for c in rel.columns):
             arrays = [data[c] for c in rel.columns]
             broken = rel.broken(*arrays) & ok
@@ -262,6 +271,7 @@ class RowRules:
     shard_name: str = ""
     fixed: dict = field(default_factory=dict)  # column -> the identity's value
     num_classes: int | None = None
+    relations: tuple = ()  # rules between columns that the manifest's run fixes
 
 
 def row_rules(header: Sequence[str], manifest: dict | None, contract: tuple | None) -> RowRules:
@@ -274,7 +284,18 @@ def row_rules(header: Sequence[str], manifest: dict | None, contract: tuple | No
     size, shard, name = contract or (None, None, None)
     fixed = {c: identity[c] for c in _identity_columns(identity) if c in identity}
     return RowRules(unknown, size, None if shard is None else np.sort(shard), name or "",
-                     {c: v for c, v in fixed.items() if c in header}, _num_classes(manifest))
+                     {c: v for c, v in fixed.items() if c in header}, _num_classes(manifest),
+                     _noise_relations(header, identity))
+
+
+def _noise_relations(header: Sequence[str], identity: dict) -> tuple:
+    """The rule that ``radius`` is the radius in the norm of the identity's noise
+    (:func:`~smoothcert.certifiers.columns.primary_radius`), for a file with both columns and
+    a registered noise; none otherwise."""
+    noise = NOISES.get(identity.get("noise"))
+    if noise is None or "radius" not in header or radius_column(noise.norm) not in header:
+        return ()
+    return (primary_radius(noise.norm),)
 
 
 def _identity_columns(identity: dict) -> tuple:
@@ -313,6 +334,10 @@ def check_rows(path, data: dict, rules: RowRules, first_line: int) -> None:
     for name, value in rules.fixed.items():
         problems += _first(data[name] != value, lambda i, name=name, value=value:
                            f"{name} is {data[name][i]}; the manifest's run has {name} {value}")
+    for rel in rules.relations:
+        arrays = [data[c] for c in rel.columns]
+        problems += _first(rel.broken(*arrays), lambda i, rel=rel, arrays=arrays:
+                           rel.says(*(a[i].item() for a in arrays)))
     if problems:
         i, text = min(problems, key=lambda p: p[0])
         raise SmoothcertError(f"{path} line {first_line + i}: {text}")

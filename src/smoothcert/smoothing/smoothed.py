@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from ..errors import SmoothcertError, check_count, check_probability
-from ..noise.base import Noise
+from ..noise.base import NORMS, Noise
 from ..noise.gaussian import Gaussian
 from ..stats import binomial_pvalue, clopper_pearson_lower
 from ..tensors import eval_mode, model_device
@@ -73,7 +74,10 @@ class Certificate:
     predicts ``prediction`` at every point of the ball of ``radius`` around x, in the norm of the
     noise (``noise.norm``: L2 for :class:`~smoothcert.noise.Gaussian`, L1 for
     :class:`~smoothcert.noise.Uniform`). On abstention ``prediction`` is None and ``radius`` is 0.
-    ``sigma`` is the noise's standard deviation.
+    ``sigma`` is the noise's standard deviation. ``radii`` holds the certified radius in every
+    norm of :data:`~smoothcert.noise.base.NORMS` under the same event (``noise.radii(p_lower,
+    d)``, d = C·H·W: direct where the noise has a certificate in that norm, else converted; all
+    0 on abstention); ``radii[noise.norm]`` is ``radius``.
     """
 
     prediction: int | None
@@ -85,6 +89,18 @@ class Certificate:
     n: int
     alpha: float
     sigma: float
+    radii: Mapping[str, float] = field(default_factory=dict)
+
+
+def noise_radii(noise: Noise, p_lower: float, dim: int) -> dict[str, float]:
+    """The certified radius in every norm of :data:`~smoothcert.noise.base.NORMS` for a
+    top-class probability bound ``p_lower`` >= ½ at an input of ``dim`` = C·H·W coordinates:
+    ``noise.radii(p_lower, dim)`` (direct or converted, Yang et al. 2020), each a float >= 0."""
+    return {norm: max(float(r), 0.0) for norm, r in noise.radii(p_lower, dim).items()}
+
+
+NO_RADII = {norm: 0.0 for norm in NORMS}
+"""An abstention's radii: 0 in every norm."""
 
 
 class Smoothed:
@@ -125,8 +141,9 @@ class Smoothed:
 
         Step 1 picks ĉ_A from n0 selection draws; step 2 counts n_A among n *fresh* draws; then
         p_lower is the one-sided Clopper–Pearson bound at level α, and the certificate is
-        (ĉ_A, noise.radius(p_lower)) if p_lower ≥ ½, else an abstention with radius 0. The radius
-        is σ·Φ⁻¹(p_lower) in L2 for Gaussian noise, 2λ·(p_lower − ½) in L1 for uniform noise.
+        (ĉ_A, noise.radius(p_lower, d)) if p_lower ≥ ½, else an abstention with radius 0; d =
+        x.numel() is the input dimension C·H·W. The radius is σ·Φ⁻¹(p_lower) in L2 for Gaussian
+        noise, 2λ·(p_lower − ½) in L1 for uniform noise; ``radii`` holds it in every norm.
         An x outside [0, 1] is warned about (:class:`InputRangeWarning`): the radius is then in
         x's units.
         """
@@ -151,17 +168,13 @@ class Smoothed:
         estimation draws need not wait for the selection (ĉ_A only picks which count to read)."""
         n0, n = check_count("n0", plain(n0)), check_count("n", plain(n))
         alpha = check_probability("alpha", plain(alpha))
-        sigma = self.noise.scalar_sigma()
+        self.noise.scalar_sigma()  # per-sample σ is refused before any draw
         x, generator = self.prepare(x, generator)
         selection, estimation = yield Draws(x, self.noise, (n0, n), generator)
         c_hat = int(selection.argmax())
         n_a = int(estimation[c_hat])
         p_lower = clopper_pearson_lower(n_a, n, alpha)
-        if p_lower < 0.5:
-            return Certificate(None, 0.0, p_lower, True, n_a, n0, n, alpha, sigma)
-        return Certificate(
-            c_hat, self.noise.radius(p_lower), p_lower, False, n_a, n0, n, alpha, sigma
-        )
+        return certificate(self.noise, c_hat, p_lower, n_a, n0, n, alpha, x.numel())
 
     def with_noise(self, noise) -> Smoothed:
         """The same base model and engine smoothed with another noise (e.g. at a σ per input)."""
@@ -247,6 +260,20 @@ class Smoothed:
         if not torch.isfinite(x).all():
             raise SmoothcertError("input contains NaN or Inf")
         return x
+
+
+def certificate(noise: Noise, c_hat: int, p_lower: float, n_a: int, n0: int, n: int,
+                alpha: float, dim: int) -> Certificate:
+    """CERTIFY's answer for class ``c_hat`` with bound ``p_lower`` at an input of ``dim`` = C·H·W
+    coordinates: an abstention (radius 0 in every norm) when p_lower < ½, else the radius
+    ``noise.radius(p_lower, dim)`` in the noise's norm and :func:`noise_radii` in every norm."""
+    sigma = noise.scalar_sigma()
+    if p_lower < 0.5:
+        return Certificate(None, 0.0, p_lower, True, n_a, n0, n, alpha, sigma, dict(NO_RADII))
+    radii = noise_radii(noise, p_lower, dim)
+    radius = float(noise.radius(p_lower, dim))
+    radii[noise.norm] = radius  # the primary norm's column is ``radius``, to the last bit
+    return Certificate(c_hat, radius, p_lower, False, n_a, n0, n, alpha, sigma, radii)
 
 
 def _warn_outside_unit_range(x) -> None:
