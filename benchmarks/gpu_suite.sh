@@ -18,11 +18,15 @@
 #     random weights), their loop against the engine (fp32, bf16+channels_last) at their n0 =
 #     100, n = 100,000 and batch 200, one image; writes dds_like_for_like.*. About 5 minutes of
 #     an H100 (estimated from the FLOPs: 52 GFLOP per draw, not yet measured).
+#   PART=ablation: ablation certification (benchmarks/ablation_certify.py): seconds per image of
+#     column (28 passes), block (784) and pixels (n0 = 1,000 + n = 10,000, the AAAI paper's)
+#     with lenet at 1x28x28, engine vs the authors' one-position-at-a-time loop, 100 images;
+#     writes ablation_certify.*. About 1 minute of an H100 (estimated, not yet measured).
 # Results land in $OUT (default /tmp/gpu_suite): gpu_suite.md (the table), gpu_suite.json,
 # gpu_suite.log (stderr); PART=forward writes gpu_suite_forward.*. Extra arguments go to
 # gpu_suite.py, e.g. --peak-tflops 989 494.
 #     bash benchmarks/gpu_suite.sh && PART=forward bash benchmarks/gpu_suite.sh
-#     PART=dds bash benchmarks/gpu_suite.sh
+#     PART=dds bash benchmarks/gpu_suite.sh; PART=ablation bash benchmarks/gpu_suite.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu_suite}
@@ -49,8 +53,13 @@ dds)
         --json "$out/dds_like_for_like.json" "$@" 2> >(tee "$out/dds_like_for_like.log" >&2) \
         | tee "$out/dds_like_for_like.md"
     exit 0 ;;
+ablation)
+    "$python" benchmarks/ablation_certify.py --device cuda --images 100 --batch 4000 \
+        --n0 1000 --n 10000 --rounds 3 "$@" 2> >(tee "$out/ablation_certify.log" >&2) \
+        | tee "$out/ablation_certify.md"
+    exit 0 ;;
 *)
-    echo "PART must be main or forward (or dds), got ${PART}" >&2; exit 2 ;;
+    echo "PART must be main or forward (or dds, ablation), got ${PART}" >&2; exit 2 ;;
 esac
 "$python" benchmarks/gpu_suite.py --device cuda "${part[@]}" \
     --n 100000 --n0 100 --images 1 --rounds 1 --sweep-n 10000 --reference-n 10000 \

@@ -165,6 +165,8 @@ DEFAULT_HPARAMS = {  # what checkpoints and configs stored before the idiom: key
                    "attack_step_size": 0.25},
     # Step 12's methods have no hyperparameters: their objectives are fixed by the papers.
     "standard": {}, "denoiser-mse": {}, "denoiser-stability": {}, "diffusion": {},
+    # Step 16: what is kept (Levine & Feizi 2020): band/block side b, or k pixels
+    "ablation": {"mode": "column", "size": 4, "keep": 45},
 }
 
 
@@ -220,6 +222,7 @@ DEFAULT_OPTIONS = {  # the run identities' and configs' options before the idiom
     "lbound": {"bound": "pairwise", "select": "clean"},
     "sequential": {"radii": "auto", "test": "targeted-patient"},
     "data-dependent": {"num_steps": 100, "step_size": 0.0001, "num_samples": 1, "memory": True},
+    "ablation": {"mode": "column", "size": 4, "keep": 45, "threshold": 0.2},
 }
 
 

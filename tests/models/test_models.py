@@ -21,6 +21,7 @@ from smoothcert.models import (
 SHAPES = {
     "digits_cnn": (1, 8, 8),
     "lenet": (1, 28, 28),
+    "ablation_cnn": (1, 28, 28),
     "cifar_resnet20": (3, 32, 32),
     "cifar_resnet56": (3, 32, 32),
     "cifar_resnet110": (3, 32, 32),

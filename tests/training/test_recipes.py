@@ -33,8 +33,8 @@ def test_recipe_is_a_valid_train_config(path):
     if path.stem == "clean":  # the study's clean-trained model: σ far below one grey level
         assert config.sigma < 1 / 255 / 100
         return
-    if config.sigma is None:  # a method without noise: one recipe, named after the method
-        assert path.stem == config.method
+    if config.sigma is None:  # a method without noise: named after the method (and variant)
+        assert path.stem == config.method or path.stem.startswith(f"{config.method}_")
         return
     assert config.sigma in (0.12, 0.25, 0.5, 1.0)  # 0.12: Salman et al.'s denoisers
     assert path.stem.startswith(config.method)

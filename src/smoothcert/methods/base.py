@@ -109,6 +109,12 @@ class TrainingMethod(Configurable, abc.ABC):
     """False if the loss draws no smoothing noise: the run then takes no σ (``sigma`` None),
     :meth:`loss` gets ``noise=None`` and the checkpoint's ``noise`` is None."""
 
+    input_encoding: ClassVar[str | None] = None
+    """The input encoding the trained classifier needs as its first layer (a name in
+    ``smoothcert.models.encodings.ENCODINGS``: "ablation" for a loss that feeds NaN-ablated
+    inputs), or None: the trainer builds the model with it and the checkpoint records it, so
+    the user's ``--arch`` is any classifier."""
+
     frozen_classifier: ClassVar[str] = "none"
     """Whether the run's ``classifier`` (a frozen classifier checkpoint) is "required",
     "optional" or refused ("none")."""

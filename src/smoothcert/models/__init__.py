@@ -1,4 +1,5 @@
-"""Model registry (architectures and their roles), the normalization layer and checkpoint I/O."""
+"""Model registry (architectures and their roles), the normalization layer, input encodings and
+checkpoint I/O."""
 
 from .archs import (
     MODELS,
@@ -6,6 +7,7 @@ from .archs import (
     NormalizeLayer,
     build_model,
     check_arch_kwargs,
+    input_channels,
     model_role,
     register_model,
 )
@@ -18,16 +20,20 @@ from .checkpoint import (
     save_checkpoint,
     versions,
 )
+from .encodings import ENCODINGS, AblationEncoding
 
 __all__ = [
+    "ENCODINGS",
     "MODELS",
     "ROLES",
+    "AblationEncoding",
     "Checkpoint",
     "NormalizeLayer",
     "build_model",
     "check_arch_kwargs",
     "checkpoint_meta",
     "checkpoint_role",
+    "input_channels",
     "load_checkpoint",
     "model_from_checkpoint",
     "model_role",

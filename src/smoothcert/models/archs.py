@@ -7,6 +7,18 @@ noise is added, and radii are measured, in pixel space (Cohen et al. 2019, ``dat
 state-dict keys are therefore ``0.mean``, ``0.std`` and ``1.<net keys>``, the ``1.*`` layout of the
 checkpoints released by Cohen et al. and the works built on their code.
 
+A classifier built with an input encoding (``input_encoding="ablation"``: the model of ablation
+smoothing, whose inputs are NaN where ablated) is ``nn.Sequential(AblationEncoding(),
+NormalizeLayer(2C means, 2C stds), net)`` with ``net`` taking the encoding's 2C channels
+(:mod:`smoothcert.models.encodings`): the encoding is the method's business, so every
+architecture takes it. One whose channel count is fixed (``channels`` of
+:func:`register_model`: the CIFAR ResNets and ResNet-50 take 3; torchvision's models too) gets a
+learned 1×1 convolution from 2C to its channels in front (``net = Sequential(stem, arch)``): a
+linear map per pixel, so it can pass the encoded pair on (e.g. a·x + b·(1 − x) with 0 outside
+[a, b] keeps ablated apart from every kept value) where cutting the network's first layer open
+would need surgery on every model. Every classifier carries ``input_encoding`` (None when
+plain), which certifiers ask for.
+
 A denoiser (role ``"denoiser"``) maps pixels to pixels (B, C, H, W) and a diffusion model (role
 ``"diffusion"``) is a UNet and its noise schedule (:mod:`smoothcert.denoisers`): both are built
 bare, without ``NormalizeLayer``, because Salman et al.'s denoisers work on raw pixels (their
@@ -16,7 +28,6 @@ checkpoints' keys are ``dncnn.N.*``) and a diffusion model has its own [−1, 1]
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 from collections.abc import Callable, Mapping, Sequence
 
@@ -25,6 +36,8 @@ from torch import nn
 
 from ..errors import SmoothcertError, check_count
 from ..registry import NoOptions, Registry, option, option_values, parse_options
+from .encodings import ENCODINGS
+from .zoos import EXTERNAL_ZOOS, ZOO_CHANNELS, torchvision_net
 
 # A factory builds the bare network for (num_classes, input_shape=(C, H, W), **arch params); it
 # raises SmoothcertError for input shapes the architecture cannot take.
@@ -33,16 +46,18 @@ MODELS: Registry = Registry("arch")
 ROLES = ("classifier", "denoiser", "diffusion")
 
 
-def register_model(name: str, role: str = "classifier", params: type = NoOptions):
+def register_model(name: str, role: str = "classifier", params: type = NoOptions,
+                   channels: int | None = None):
     """Decorator: register a model factory under ``name`` with its ``role`` (one of
-    :data:`ROLES`) and its arch parameters ``params`` (a frozen dataclass of
+    :data:`ROLES`), its arch parameters ``params`` (a frozen dataclass of
     :func:`~smoothcert.registry.option` fields; ``--arch-param KEY=VALUE``), which the factory
-    takes as keyword arguments. Both are kept on the factory (``.role``, ``.Options``)."""
+    takes as keyword arguments, and the number of input ``channels`` it is fixed at (None: it
+    takes any). All are kept on the factory (``.role``, ``.Options``, ``.channels``)."""
     if role not in ROLES:
         raise ValueError(f"model role {role!r} is not one of {ROLES}")
 
     def add(factory):
-        factory.role, factory.Options = role, params
+        factory.role, factory.Options, factory.channels = role, params, channels
         return MODELS.register(name)(factory)
 
     return add
@@ -57,6 +72,13 @@ def model_role(arch: str) -> str:
     """The role of ``arch``: "classifier", "denoiser" or "diffusion" (torchvision:/timm: models
     are classifiers); an unknown name raises the registry's error listing the known ones."""
     return "classifier" if _external(arch) else MODELS[arch].role
+
+
+def input_channels(arch: str) -> int | None:
+    """The number of input channels ``arch`` is fixed at, or None when it takes any."""
+    if _external(arch):
+        return ZOO_CHANNELS[arch.partition(":")[0]]
+    return MODELS[arch].channels
 
 
 def check_arch_kwargs(arch: str, kwargs: Mapping | None) -> dict:
@@ -101,6 +123,7 @@ def build_model(
     mean: Sequence[float],
     std: Sequence[float],
     arch_kwargs: dict | None = None,
+    input_encoding: str | None = None,
 ) -> nn.Module:
     """The model ``arch``, freshly initialized, built by its role (:func:`model_role`).
 
@@ -110,13 +133,19 @@ def build_model(
     external model's constructor arguments. A classifier is
     ``Sequential(NormalizeLayer(mean, std), net)`` and carries ``num_classes``; a denoiser or a
     diffusion model is the bare module (``mean``, ``std`` and ``num_classes`` unused). Every
-    result carries ``input_shape`` (C, H, W) and ``role`` as attributes (the smoothed classifier
-    validates inputs against them).
+    result carries ``input_shape`` (C, H, W, the pixels it takes) and ``role`` as attributes
+    (the smoothed classifier validates inputs against them), and ``input_encoding``.
+
+    ``input_encoding`` (a name in :data:`~smoothcert.models.encodings.ENCODINGS`, classifiers
+    only) puts that encoding first: ``Sequential(encoding, NormalizeLayer, net)`` (see the
+    module's docstring); ``mean`` and ``std`` stay the dataset's C values.
     """
     shape = _check_shape(input_shape)
     role = model_role(arch)
     kwargs = check_arch_kwargs(arch, arch_kwargs)
     if role != "classifier":
+        if input_encoding is not None:
+            raise SmoothcertError(f"{arch} is a {role}: an input encoding is for classifiers")
         model = MODELS[arch](int(num_classes), shape, **kwargs)
     else:
         if len(mean) != shape[0] or len(std) != shape[0]:
@@ -124,11 +153,30 @@ def build_model(
                 f"input has {shape[0]} channels but normalization has {len(mean)} means and "
                 f"{len(std)} stds; give one per channel"
             )
-        net = _build_net(arch, int(num_classes), shape, kwargs)
-        model = nn.Sequential(NormalizeLayer(mean, std), net)
+        layers = _classifier_layers(arch, int(num_classes), shape, mean, std, kwargs,
+                                    input_encoding)
+        model = nn.Sequential(*layers)
         model.num_classes = int(num_classes)
-    model.input_shape, model.role = shape, role
+    model.input_shape, model.role, model.input_encoding = shape, role, input_encoding
     return model
+
+
+def _classifier_layers(arch: str, num_classes: int, shape: tuple[int, int, int], mean, std,
+                       kwargs: dict, input_encoding: str | None) -> list[nn.Module]:
+    """[NormalizeLayer, net], or [encoding, NormalizeLayer of the encoded channels, net taking
+    them] (through a 1×1-conv stem when ``arch`` is fixed at another channel count)."""
+    if input_encoding is None:
+        return [NormalizeLayer(mean, std), _build_net(arch, num_classes, shape, kwargs)]
+    encoding = ENCODINGS[input_encoding]
+    c, h, w = shape
+    wide = encoding.out_channels(c)
+    fixed = input_channels(arch)
+    if fixed is None or fixed == wide:
+        net = _build_net(arch, num_classes, (wide, h, w), kwargs)
+    else:  # the arch's own first layer stays as it is; the stem adapts the channels
+        net = nn.Sequential(nn.Conv2d(wide, fixed, kernel_size=1),
+                            _build_net(arch, num_classes, (fixed, h, w), kwargs))
+    return [encoding(), NormalizeLayer(*encoding.normalization(mean, std)), net]
 
 
 def _build_net(arch: str, num_classes: int, shape: tuple[int, int, int], kwargs: dict) -> nn.Module:
@@ -213,6 +261,30 @@ class LeNet(nn.Module):
 def lenet(num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
     """Caffe-style LeNet for 1×28×28 inputs, the MNIST model of Jeong & Shin (NeurIPS 2020)."""
     return LeNet(num_classes, input_shape)
+
+
+@register_model("ablation_cnn")
+def ablation_cnn(num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
+    """The MNIST base classifier of Levine & Feizi's ablation smoothing (NeurIPS 2020,
+    alevine0/patchSmoothing ``train_mnist_band.py`` and ``train_mnist_block.py``): conv4×4
+    stride 2 C→64, ReLU; conv4×4 stride 2 64→128, ReLU; fc→500, ReLU; fc→100, ReLU;
+    fc→classes. Any C×H×W with H, W ≥ 4 (flatten 128·⌊⌊H/2⌋/2⌋·⌊⌊W/2⌋/2⌋: 6272 for 28×28);
+    their C is the encoding's 2."""
+    c, h, w = input_shape
+    if h < 4 or w < 4:
+        raise SmoothcertError(f"ablation_cnn needs inputs of at least 4×4 pixels, got {h}×{w}")
+    return nn.Sequential(
+        nn.Conv2d(c, 64, kernel_size=4, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(64, 128, kernel_size=4, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(128 * (h // 2 // 2) * (w // 2 // 2), 500),
+        nn.ReLU(),
+        nn.Linear(500, 100),
+        nn.ReLU(),
+        nn.Linear(100, num_classes),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,87 +408,20 @@ def _cifar_resnet(depth: int) -> ModelFactory:
 
 
 for _depth in (20, 56, 110):  # 0.27M, 0.85M, 1.7M parameters (He et al. 2016, Table 6)
-    register_model(f"cifar_resnet{_depth}")(_cifar_resnet(_depth))
+    register_model(f"cifar_resnet{_depth}", channels=3)(_cifar_resnet(_depth))
 
 
 # ---------------------------------------------------------------------------------------------
-# External model zoos: ``torchvision:NAME`` and ``timm:NAME``, randomly initialised (pretrained
-# weights come in through --init-from or import-checkpoint, never from a hub at run time).
+# ImageNet's ResNet-50 from torchvision (the external zoos: models/zoos.py).
 
 
-def _torchvision_net(name: str, num_classes: int, shape, kwargs: dict) -> nn.Module:
-    """torchvision's classification model ``name`` with ``num_classes`` outputs, random weights."""
-    import torchvision.models
-
-    known = torchvision.models.list_models(module=torchvision.models)
-    if name not in known:
-        raise _unknown_model("torchvision", name, known)
-    net = _construct("torchvision", name, lambda: torchvision.models.get_model(
-        name, weights=None, num_classes=num_classes, **kwargs))
-    return _check_forward(f"torchvision:{name}", net, shape, num_classes)
-
-
-def _timm_net(name: str, num_classes: int, shape, kwargs: dict) -> nn.Module:
-    """timm's model ``name`` with ``num_classes`` outputs and ``C`` input channels, random
-    weights (``pretrained=False``: nothing is downloaded)."""
-    try:
-        import timm
-    except ImportError as err:
-        raise SmoothcertError(
-            "--arch timm:... needs timm, which is not installed; install it with "
-            "pip install 'smoothcert[timm]' (or pip install timm)"
-        ) from err
-    known = timm.list_models()
-    if name not in known:
-        raise _unknown_model("timm", name, known)
-    net = _construct("timm", name, lambda: timm.create_model(
-        name, pretrained=False, num_classes=num_classes, in_chans=shape[0], **kwargs))
-    return _check_forward(f"timm:{name}", net, shape, num_classes)
-
-
-EXTERNAL_ZOOS = {"torchvision": _torchvision_net, "timm": _timm_net}
-
-
-def _unknown_model(zoo: str, name: str, known) -> SmoothcertError:
-    close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.6)
-    hint = f"; close names: {', '.join(close)}" if close else ""
-    return SmoothcertError(f"unknown {zoo} model {name!r}{hint}")
-
-
-def _construct(zoo: str, name: str, make: Callable[[], nn.Module]) -> nn.Module:
-    try:
-        return make()
-    except (TypeError, ValueError, AssertionError) as err:  # a bad keyword argument or value
-        raise SmoothcertError(f"cannot build {zoo}:{name} ({err}); check --arch-param") from err
-
-
-def _check_forward(arch: str, net: nn.Module, shape, num_classes: int) -> nn.Module:
-    """Refuse an input shape the network cannot take (a ViT of another image size, 1-channel
-    data into a 3-channel stem, ...), found by one forward pass of a zero input in eval mode."""
-    training = net.training
-    try:
-        with torch.no_grad():
-            out = net.eval()(torch.zeros(1, *shape))
-    except (RuntimeError, AssertionError, ValueError) as err:
-        c, h, w = shape
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise SmoothcertError(f"{arch} cannot take {c}×{h}×{w} inputs ({first}); choose "
-                              f"another --image-size or architecture") from err
-    finally:
-        net.train(training)
-    if tuple(out.shape) != (1, num_classes):
-        raise SmoothcertError(f"{arch} returns outputs of shape {tuple(out.shape)[1:]} for one "
-                              f"input, not {num_classes} logits; it is not a classifier")
-    return net
-
-
-@register_model("resnet50")
+@register_model("resnet50", channels=3)
 def resnet50(num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
     """torchvision's ImageNet ResNet-50 (He et al. 2016), the model of Cohen et al.'s,
     Salman et al.'s and Jeong & Shin's ImageNet results; its state dict has the key names of
     their released files once ``module.`` is dropped."""
     _require_channels("resnet50", input_shape, 3)
-    return _torchvision_net("resnet50", num_classes, input_shape, {})
+    return torchvision_net("resnet50", num_classes, input_shape, {})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,12 +6,13 @@ A smoothcert checkpoint is a ``torch.save`` of::
      "meta": {...}, "state_dict": {...}, "train_state": {...} | None}
 
 ``meta`` says how to rebuild and interpret the model (arch, dataset, num_classes, input_shape,
-mean, std, noise, method, epoch, versions, config); ``train_state`` holds whatever the trainer
-needs to resume (optimizer, scheduler, RNG states). Loading uses ``torch.load(weights_only=True)``,
-so a checkpoint can never run code. Writing is atomic: a crash or a full disk leaves the old file
-or the new one. A checkpoint of an older format version (and the training config in its meta) is
-upgraded in memory on loading (:func:`smoothcert.upgrade.upgrade_checkpoint`); the file is not
-changed.
+mean, std, noise, method, epoch, versions, config; and, where they apply, arch_kwargs, classes,
+role and input_encoding, absent otherwise so that older files read unchanged); ``train_state``
+holds whatever the trainer needs to resume (optimizer, scheduler, RNG states). Loading uses
+``torch.load(weights_only=True)``, so a checkpoint can never run code. Writing is atomic: a
+crash or a full disk leaves the old file or the new one. A checkpoint of an older format version
+(and the training config in its meta) is upgraded in memory on loading
+(:func:`smoothcert.upgrade.upgrade_checkpoint`); the file is not changed.
 
 Every file is checked where it is read, so that a bad one is one line naming the file and what is
 wrong, never a deep error later: unreadable or hostile bytes, a meta whose fields are missing, of
@@ -38,6 +39,7 @@ from ..errors import SmoothcertError
 from ..io import atomic_write
 from ..upgrade import CHECKPOINT_VERSION, VERSION_KEY, upgrade_checkpoint
 from .archs import ROLES, build_model, model_role
+from .encodings import ENCODINGS
 
 FORMAT = "smoothcert-checkpoint"
 REQUIRED_META = (
@@ -284,6 +286,9 @@ _META_RULES = {
     "classes": (lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v),
                 "a list of class names"),
     "role": (lambda v: v in ROLES, f"one of {', '.join(ROLES)}"),
+    # absent (every checkpoint before ablation smoothing) is None: a plain classifier
+    "input_encoding": (lambda v: v is None or (isinstance(v, str) and v in ENCODINGS),
+                       f"none or an input encoding ({', '.join(ENCODINGS)})"),
 }
 
 
@@ -346,8 +351,10 @@ def model_from_checkpoint(path: str | os.PathLike, device="cpu") -> tuple[nn.Mod
     """The model saved at ``path`` on ``device``, in eval mode, and the checkpoint's meta.
 
     The model is built by its role (``meta["role"]``, "classifier" when absent): a classifier
-    is ``Sequential(NormalizeLayer, net)``; a denoiser or a diffusion model is the bare module
-    (:func:`smoothcert.models.build_model`). ``path`` may be a train run folder."""
+    is ``Sequential(NormalizeLayer, net)``, behind its input encoding when the meta names one
+    (``meta["input_encoding"]``, e.g. an ablation model's); a denoiser or a diffusion model is
+    the bare module (:func:`smoothcert.models.build_model`). ``path`` may be a train run
+    folder."""
     path = checkpoint_file(path)
     return model_from_loaded(load_checkpoint(path, map_location=device), path, device)
 
@@ -358,7 +365,7 @@ def model_from_loaded(ckpt: Checkpoint, where, device="cpu") -> tuple[nn.Module,
     check_meta(meta, f"checkpoint {where}")
     _check_role(meta, where)
     model = build_model(meta["arch"], meta["num_classes"], meta["input_shape"], meta["mean"],
-                        meta["std"], meta.get("arch_kwargs"))
+                        meta["std"], meta.get("arch_kwargs"), meta.get("input_encoding"))
     load_weights(model, ckpt.state_dict, f"checkpoint {where}", f"a {meta['arch']} model")
     return model.to(device).eval(), meta
 
@@ -392,13 +399,15 @@ def checkpoint_meta(
     arch_kwargs: dict | None = None,
     classes: list[str] | None = None,
     role: str = "classifier",
+    input_encoding: str | None = None,
 ) -> dict:
     """A complete ``meta`` dict in plain types, with :func:`versions` filled in.
 
     ``arch_kwargs`` (a registered architecture's parameters or a torchvision/timm model's
     constructor arguments), ``classes`` (the class names, in label order, of an image-folder
-    dataset) and ``role`` (the model's role, :data:`smoothcert.models.archs.ROLES`, when it is
-    not "classifier") are stored only when given, so the meta of other checkpoints is unchanged.
+    dataset), ``role`` (the model's role, :data:`smoothcert.models.archs.ROLES`, when it is
+    not "classifier") and ``input_encoding`` (the model's first layer, e.g. "ablation", when it
+    has one) are stored only when given, so the meta of other checkpoints is unchanged.
     """
     if role not in ROLES:
         raise SmoothcertError(f"unknown model role {role!r}; known: {', '.join(ROLES)}")
@@ -407,6 +416,11 @@ def checkpoint_meta(
         extra["classes"] = [str(c) for c in classes]
     if role != "classifier":
         extra["role"] = role
+    if input_encoding is not None:
+        if input_encoding not in ENCODINGS:
+            raise SmoothcertError(f"unknown input encoding {input_encoding!r}; known: "
+                                  f"{', '.join(ENCODINGS)}")
+        extra["input_encoding"] = str(input_encoding)
     return {**extra,
         "arch": arch,
         "dataset": dataset,

@@ -102,6 +102,10 @@ class Ensemble(nn.Module):
             raise SmoothcertError(f"the members disagree on the number of classes: {classes}")
         if classes:
             self.num_classes = classes.pop()
+        encodings = {getattr(m, "input_encoding", None) for m in members}
+        if len(encodings) > 1:  # ablated inputs (NaN) would reach a member without the encoding
+            raise SmoothcertError(f"the members disagree on the input encoding: {encodings}")
+        self.input_encoding = encodings.pop()
 
     @classmethod
     def from_checkpoints(cls, paths: str | os.PathLike | Sequence[str | os.PathLike],
@@ -283,7 +287,8 @@ def _checkpoint_paths(paths) -> list:
                           f"checkpoints, got {type(paths).__name__}")
 
 
-SHARED = ("dataset", "num_classes", "classes", "input_shape")  # what every member must share
+# what every member must share (input_encoding: absent from the meta of a plain classifier)
+SHARED = ("dataset", "num_classes", "classes", "input_shape", "input_encoding")
 
 
 def check_members(labels: Sequence[str], metas: Sequence[dict]) -> None:

@@ -66,10 +66,15 @@ class Ablation:
         return w if self.mode == "column" else h * w
 
     def sweep_masks(self, shape, start: int, count: int, device=None) -> torch.Tensor:
-        """(count, H, W) bool: the kept pixels of positions start, …, start + count − 1 (a
-        column band starts at column p; a block at row p // W, column p % W; both wrap)."""
+        """(count, H, W) bool: the kept pixels of positions start, …, start + count − 1."""
+        return self.masks_at(shape, torch.arange(start, start + count, device=device))
+
+    def masks_at(self, shape, pos: torch.Tensor) -> torch.Tensor:
+        """(len(pos), H, W) bool: the kept pixels of each band or block position in ``pos``
+        (a column band starts at column p; a block at row p // W, column p % W; both wrap),
+        built for every position at once (no host synchronisation per mask on a GPU)."""
         _, h, w = (int(s) for s in shape)
-        pos = torch.arange(start, start + count, device=device)
+        count, device = pos.shape[0], pos.device
         cols = torch.arange(w, device=device)
         col_in = (cols[None, :] - (pos % w)[:, None]) % w < self.size  # (count, W)
         if self.mode == "column":
@@ -86,8 +91,7 @@ class Ablation:
         if self.mode != "pixels":
             pos = torch.randint(self.positions(shape), (count,), generator=generator,
                                 device=device)
-            return torch.stack([self.sweep_masks(shape, int(p), 1, device)[0] for p in pos]) \
-                if count else torch.zeros((0, h, w), dtype=torch.bool, device=device)
+            return self.masks_at(shape, pos)
         scores = torch.rand((count, h * w), generator=generator, device=device)
         kept = scores.topk(self.keep, dim=1).indices
         mask = torch.zeros((count, h * w), dtype=torch.bool, device=device)
@@ -125,3 +129,24 @@ class RandomAblation:
                  generator: torch.Generator | None = None) -> torch.Tensor:
         masks = self.ablation.random_masks(out.shape[0], x.shape[-3:], generator, out.device)
         return ablate_(out, x, masks)
+
+
+NO_NOISE = "none"
+"""The noise a run's identity names when its certifier draws none (``uses_noise`` False: the
+ablation certifier), with σ = 0."""
+
+
+class NoNoise:
+    """The run's noise object when its certifier draws no noise: accepts every input and draws
+    nothing (a program of such a certifier yields :class:`Sweep` or :class:`RandomAblation`)."""
+
+    norm = None
+
+    def check_input(self, x: torch.Tensor) -> None:
+        return None
+
+    def scalar_sigma(self) -> float:
+        return 0.0
+
+    def perturb_(self, out, x, generator=None):
+        raise SmoothcertError("this run draws no noise: its certifier ablates instead")

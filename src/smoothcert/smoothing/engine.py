@@ -28,6 +28,10 @@ is added in float32), and a row whose logits do not vote (NaN, +inf: :func:`voti
 apart on device, so that an input with any such row is refused when its counts are read, with
 no host synchronisation of its own: argmax of NaN would otherwise vote for class 0.
 
+A request may ask for threshold votes instead of argmaxes (``Draws.threshold``: every class
+whose softmax score passes θ, Levine & Feizi 2020; ``votes.py``); a batch holds the draws of
+one voting rule only, so the model is told truthfully whether only argmaxes are read.
+
 A model may say what each noisy input cost it (:mod:`smoothcert.model_calls`: an ensemble, the
 members that ran on it); those base-model forward passes are added up per program, for votes in
 the counts table with no synchronisation of their own (``Finished.passes``).
@@ -48,6 +52,7 @@ from torch import nn
 
 from ..errors import SmoothcertError, check_count
 from ..model_calls import engine_call, meter, metered
+from .votes import count_argmax, count_threshold, voting
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 CHUNK = 1024
@@ -65,12 +70,16 @@ class Draws:
     The segments are drawn in order from ``generator`` with ``noise``; the program that yielded
     the request receives an int64 array (len(sizes), num_classes) of argmax f(x + δ) counts,
     one row per segment (e.g. CERTIFY's n0 selection draws and its n estimation draws).
+    With ``threshold`` θ in [0, 1] a draw votes instead for every class c with
+    softmax f(x + δ)_c >= θ (several classes or none: Levine & Feizi 2020's base classifier),
+    so a row may sum to more or less than its draws; None (default) is the argmax vote.
     """
 
     x: torch.Tensor
     noise: object
     sizes: tuple
     generator: torch.Generator | None = None
+    threshold: float | None = None
 
 
 @dataclass(frozen=True)
@@ -278,6 +287,7 @@ class _Scheduler:
         self.buffer = self.carry_buffer = None
         # drawn, not yet forwarded: the rest of a chunk larger than the room left in a batch
         self.carry: tuple[_Stream, int, torch.Tensor] | None = None
+        self.rule: float | None = None  # the voting rule of the batch being filled (Draws)
         self.clock = time.perf_counter()
 
     def run(self, programs: Iterable[tuple[object, Program]]) -> Iterator[Finished]:
@@ -326,6 +336,9 @@ class _Scheduler:
         sizes = tuple(int(s) for s in request.sizes)
         if not sizes or min(sizes) < 0:
             raise SmoothcertError(f"draw counts must be non-negative, got {sizes}")
+        if request.threshold is not None and not 0.0 <= request.threshold <= 1.0:
+            raise SmoothcertError(f"a vote threshold is a softmax score in [0, 1], got "
+                                  f"{request.threshold!r}")
         if self.buffer is None:
             self._allocate(request.x)
         stream.request = request
@@ -350,43 +363,34 @@ class _Scheduler:
 
     @torch.inference_mode()
     def _forward_batch(self) -> None:
-        pieces = self._fill()  # [(stream, cell, rows)]
+        pieces = self._fill()  # [(stream, cell, rows)], all of one voting rule (self.rule)
         size = sum(rows for _, _, rows in pieces)
         padded = self.engine.compile  # a compiled model keeps one batch shape
         batch = self.buffer if padded else self.buffer[:size]
-        with engine_call(argmax_only=True) as call:  # a model may skip what changes no vote
+        # a model may skip what changes no argmax; a threshold vote reads every score
+        with engine_call(argmax_only=self.rule is None) as call:
             logits = self.engine.forward(self.model, batch, size, self.num_classes)
-        # a row that does not vote (NaN, +inf) goes to the extra column C: checked without a
-        # host synchronisation of its own, when its request's counts are read (``_complete``)
-        labels = logits.argmax(dim=1).masked_fill_(~voting(logits), self.num_classes)
         passes = call.row_passes[:size] if call.row_passes is not None else None
         self.costed = self.costed or passes is not None
-        self._count(pieces, labels, passes)
+        cells = [(cell, rows) for _, cell, rows in pieces]
+        if self.rule is None:
+            count_argmax(self.table, cells, logits, passes)
+        else:
+            count_threshold(self.table, cells, logits, passes, self.rule)
         for stream, _, rows in pieces:
             stream.span_rows += rows
 
-    def _count(self, pieces, labels: torch.Tensor, passes: torch.Tensor | None) -> None:
-        """Add each row's vote, and its passes where reported, to its piece's cell of the counts
-        table, on device."""
-        width = self.num_classes + 2  # the last column: passes
-        if len(pieces) == 1:
-            cell = pieces[0][1]
-            self.table[cell, :-1] += torch.bincount(labels, minlength=width - 1)
-            if passes is not None:
-                self.table[cell, -1] += passes.sum()
-            return
-        cells = torch.repeat_interleave(torch.tensor([c for _, c, _ in pieces]),
-                                        torch.tensor([r for _, _, r in pieces]))
-        cells = cells.to(labels.device, non_blocking=True) * width
-        self.table.view(-1).index_add_(0, cells + labels, torch.ones_like(labels))
-        if passes is not None:
-            self.table.view(-1).index_add_(0, cells + width - 1, passes)
-
     def _fill(self) -> list:
-        """Draw noise into the batch buffer until it is full or no request has draws left."""
+        """Draw noise into the batch buffer until it is full or no request of the batch's voting
+        rule (the carried chunk's, else the first request's with draws left) has any left."""
         pieces: list = []
+        first = self.carry[0] if self.carry is not None else \
+            next((s for s in self.active if s.undrawn > 0), None)
+        self.rule = first.request.threshold if first is not None else None
         filled = self._take_carry(pieces, 0) if self.carry is not None else 0
         for stream in self.active:
+            if stream.request is None or stream.request.threshold != self.rule:
+                continue
             while filled < self.batch_size and stream.undrawn > 0:
                 cell, size = stream.next_chunk(self.engine.chunk)
                 if size <= self.batch_size - filled:
@@ -428,7 +432,8 @@ class _Scheduler:
         for stream in done:
             k = len(stream.cells)
             mine = counts[start:start + k]
-            self.engine.check_finite(int(mine[:, -2].sum()), int(mine[:, :-1].sum()), stream.key)
+            self.engine.check_finite(int(mine[:, -2].sum()), sum(stream.request.sizes),
+                                     stream.key)
             stream.passes += int(mine[:, -1].sum())
             answers.append((stream, mine[:, :-2]))
             self.free_cells.extend(stream.cells)
@@ -450,14 +455,6 @@ class _Scheduler:
                 stream.seconds += (now - self.clock) * stream.span_rows / rows
             stream.span_rows = 0
         self.clock = now
-
-
-def voting(logits: torch.Tensor) -> torch.Tensor:
-    """(B,) bool: the rows whose argmax is a vote, those whose largest logit is finite. A NaN
-    (NaN weights: argmax would say class 0) or a +inf (an overflow: ties) makes it NaN or
-    +inf; −inf logits are fine beside a finite one (the log of a hard classifier's 0), but a
-    row of −inf only votes for nothing."""
-    return torch.isfinite(logits.amax(dim=1))
 
 
 def input_dtype(model: nn.Module) -> torch.dtype | None:

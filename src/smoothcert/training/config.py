@@ -68,12 +68,13 @@ class TrainConfig:
     ``lr_milestones`` in epochs. Defaults follow Cohen et al. 2019 (SGD, lr 0.1, momentum 0.9,
     weight decay 1e-4, lr × 0.1 every 30 epochs, batch 256) and train with Gaussian noise at one
     σ; the denoiser methods default to Salman et al. 2020's Adam at lr 1e-3, diffusion to Ho et
-    al. 2020's Adam at lr 2e-4 with a constant schedule and no weight decay.
+    al. 2020's Adam at lr 2e-4 with a constant schedule and no weight decay, ablation to Levine &
+    Feizi's SGD at lr 0.01 with weight decay 5e-4 and a constant schedule.
 
     ``sigma`` is required by a method that trains with noise and refused by one that does not
-    (``standard``, ``diffusion``). ``arch`` must have the role the method trains (a classifier,
-    a denoiser such as ``dncnn``, a diffusion model such as ``ddpm_unet``); ``classifier`` is the
-    frozen classifier checkpoint of the denoiser methods.
+    (``standard``, ``diffusion``, ``ablation``). ``arch`` must have the role the method trains
+    (a classifier, a denoiser such as ``dncnn``, a diffusion model such as ``ddpm_unet``);
+    ``classifier`` is the frozen classifier checkpoint of the denoiser methods.
 
     ``noise`` names the noise distribution (:data:`smoothcert.noise.NOISES`) every training
     example is perturbed with, at standard deviation ``sigma`` per coordinate.
@@ -104,7 +105,7 @@ class TrainConfig:
     sigma: float | None = field(default=None, metadata=_doc(
         "noise level σ: the standard deviation of each noise coordinate, in pixel units of "
         "[0, 1] inputs (default: none; required by the methods that train with noise, refused "
-        "by the others: standard, diffusion)"))
+        "by the others: standard, diffusion, ablation)"))
     method: str = field(default="gaussian", metadata=_doc(
         "the training method (its loss)", metavar="NAME",
         choices=lambda: keyword_choices(METHODS)))
@@ -121,15 +122,15 @@ class TrainConfig:
         "denoiser-stability and diffusion, sgd for the others)", metavar="NAME"))
     lr: float | None = field(default=None, metadata=_doc(
         "initial learning rate (default: the method's: 0.1; 1e-3 for the denoiser methods, "
-        "2e-4 for diffusion)"))
+        "2e-4 for diffusion, 0.01 for ablation)"))
     momentum: float = field(default=0.9, metadata=_doc("momentum of SGD, in [0, 1)"))
     nesterov: bool = field(default=False, metadata=_doc(
         "Nesterov momentum of SGD (needs momentum > 0)"))
     weight_decay: float | None = field(default=None, metadata=_doc(
-        "L2 weight decay (default: the method's: 1e-4; 0 for diffusion)"))
+        "L2 weight decay (default: the method's: 1e-4; 0 for diffusion, 5e-4 for ablation)"))
     lr_schedule: str | None = field(default=None, metadata=_doc(
         "how the learning rate changes, once per epoch (default: the method's: step; constant "
-        "for diffusion)", metavar="NAME", choices=lambda: described(SCHEDULES)))
+        "for diffusion and ablation)", metavar="NAME", choices=lambda: described(SCHEDULES)))
     lr_step_size: int = field(default=30, metadata=_doc(
         "step schedule: lr × lr_gamma every this many epochs", metavar="EPOCHS"))
     lr_milestones: tuple[int, ...] = field(default=(30, 60), metadata=_doc(
@@ -313,8 +314,10 @@ def _check_sigma(sigma, method) -> float | None:
     if method.uses_noise and sigma is None:
         raise SmoothcertError(f"method {method.name} trains with noise: give --sigma")
     if not method.uses_noise and sigma is not None:
+        # an ablation model is certified by ablating, not with noise: no σ anywhere
+        later = "remove it" if method.input_encoding else "σ is chosen when certifying"
         raise SmoothcertError(f"method {method.name} trains without noise, so it takes no "
-                              f"--sigma (got {sigma!r}); σ is chosen when certifying")
+                              f"--sigma (got {sigma!r}); {later}")
     return None if sigma is None else check_positive_finite("sigma", sigma)
 
 

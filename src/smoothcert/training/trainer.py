@@ -27,7 +27,7 @@ except ImportError:  # Windows
 from ..data.datasets import ImageDataset, balanced_subset, load_dataset
 from ..data.transforms import augment
 from ..errors import SmoothcertError, check_count
-from ..methods import EpochContext, build_method
+from ..methods import METHODS, EpochContext, build_method
 from ..methods.base import nan_columns
 from ..models import build_model
 from ..models.archs import model_role
@@ -276,6 +276,7 @@ class Trainer:
             arch_kwargs=c.arch_kwargs,
             classes=getattr(self.train_data, "classes", None),
             role=self.method.trains,
+            input_encoding=self.method.input_encoding,  # e.g. ablation's (x, 1 − x) layer
         )
         return {**meta, "num_hparams": len(self.method.hparams())}
 
@@ -349,11 +350,12 @@ def _check_same_classes(train, test) -> None:
 
 
 def _initial_model(config: TrainConfig, spec) -> torch.nn.Module:
-    """The architecture initialised from the run seed, without touching the global RNG state."""
+    """The architecture initialised from the run seed, without touching the global RNG state,
+    behind the input encoding the method asks for (``TrainingMethod.input_encoding``)."""
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(derived_seed(config.seed, _INIT))
         return build_model(config.arch, spec.num_classes, spec.input_shape, spec.mean, spec.std,
-                           config.arch_kwargs)
+                           config.arch_kwargs, METHODS[config.method].input_encoding)
 
 
 def _load_initial_weights(model: torch.nn.Module, config: TrainConfig) -> None:
@@ -367,6 +369,11 @@ def _load_initial_weights(model: torch.nn.Module, config: TrainConfig) -> None:
         raise SmoothcertError(f"init checkpoint {path} holds a {role} ({arch}), but this run "
                               f"trains a {wanted} ({config.arch}); start from a {wanted} "
                               "checkpoint of the same arch and dataset")
+    encoding, wanted = checkpoint.meta.get("input_encoding"), METHODS[config.method].input_encoding
+    if encoding != wanted:
+        raise SmoothcertError(f"init checkpoint {path} holds a model with input encoding "
+                              f"{encoding or 'none'}, but method {config.method} trains one with "
+                              f"{wanted or 'none'}; start from a checkpoint of such a model")
     if (arch, dataset) != (config.arch, config.dataset):
         raise SmoothcertError(
             f"init checkpoint {path} holds a {arch} trained on {dataset}, but this run trains a "
