@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_models import SHAPES as TEST_MODELS_SHAPES
 
 from smoothcert import SmoothcertError
 from smoothcert.models import (
@@ -25,15 +26,8 @@ NAN = float("nan")
 # Each registered classifier at a shape of the digits (1×8×8) or Fashion-MNIST (1×28×28) when it
 # takes one; the CIFAR ResNets take only 3×32×32, so their fixed-channel path (the 1×1 stem
 # from 6 to 3 channels) is tested at that shape. A new classifier must be added here.
-SHAPES = {
-    "digits_cnn": (1, 8, 8),
-    "lenet": (1, 28, 28),
-    "ablation_cnn": (1, 28, 28),
-    "cifar_resnet20": (3, 32, 32),
-    "cifar_resnet56": (3, 32, 32),
-    "cifar_resnet110": (3, 32, 32),
-    "resnet50": (1, 28, 28),
-}
+SHAPES = {arch: shape for arch, shape in TEST_MODELS_SHAPES.items()
+          if model_role(arch) == "classifier"} | {"resnet50": (1, 28, 28)}
 CLASSIFIERS = sorted(a for a in MODELS if model_role(a) == "classifier")
 
 

@@ -10,28 +10,21 @@ same counts, draw for draw. Requests with other voting rules share a run but nev
 import numpy as np
 import pytest
 import torch
-from torch import nn
+from test_engine_oracle import CHUNK, CLASSES, SIGMA  # noqa: E402
+from test_engine_oracle import Linear64 as OracleLinear64  # noqa: E402
 
 from smoothcert.model_calls import current_call
 from smoothcert.noise import Gaussian
 from smoothcert.smoothing import BatchedVotes, Draws
 from smoothcert.smoothing.ablation import Ablation, Sweep
 
-CLASSES, SIGMA, CHUNK = 5, 0.5, 8
 
-
-class Linear64(nn.Module):
-    """A fixed random affine map of 2×3×3 inputs to 5 classes, in float64 (no batching-dependent
-    rounding), with NaN read as 0 (so that ablated inputs vote too)."""
-
-    def __init__(self):
-        super().__init__()
-        g = torch.Generator().manual_seed(3)
-        self.register_buffer("w", torch.randn(18, CLASSES, generator=g, dtype=torch.float64))
-        self.register_buffer("b", torch.randn(CLASSES, generator=g, dtype=torch.float64))
+class Linear64(OracleLinear64):
+    """The engine oracle's fixed float64 affine map of 2×3×3 inputs, with NaN read as 0 (so
+    that ablated inputs vote too)."""
 
     def forward(self, x):
-        return torch.nan_to_num(x.flatten(1).double(), nan=0.0) @ self.w + self.b
+        return super().forward(torch.nan_to_num(x, nan=0.0))
 
 
 def votes(model, batch, threshold):
