@@ -58,8 +58,8 @@ def test_readme_image_folder_example_runs(tmp_path, monkeypatch, capsys):
 # How the README's commands are shrunk to run here in seconds, on the embedded data (nothing
 # else is changed; the rules are checked to have applied, so a README edit cannot dodge them):
 #   --dataset fashion-mnist → digits and --arch lenet → digits_cnn (a --config recipe of
-#       fashion-mnist gets both flags appended; one of a denoiser or a DDPM keeps its arch,
-#       which takes 8×8 digits too): digits needs no download;
+#       fashion-mnist gets both flags appended; one of a denoiser, a DDPM or ablation smoothing
+#       keeps its arch, which takes 8×8 digits too): digits needs no download;
 #   --epochs → 1 (a command without one keeps its recipe's: HEAT's 5, one per time step);
 #   --n → 200 (appended to certify and attack commands without one), --n0 → 20;
 #   --max → 4 (the README's --skip 100 takes at most 4 of the 359 digits test images anyway);
@@ -114,7 +114,8 @@ def shrunk(words: list[str]) -> list[str]:
 
 
 def recipe_arch(path: str) -> str | None:
-    """The architecture a recipe trains (a denoiser's or a DDPM's is kept: it fits digits)."""
+    """The architecture a recipe trains (a denoiser's, a DDPM's or ablation_cnn is kept: each
+    fits digits)."""
     from smoothcert.training.recipes import load_recipe
 
     return load_recipe(ROOT / path).get("arch")

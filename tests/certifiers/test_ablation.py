@@ -212,3 +212,14 @@ def test_shards_merge_to_one_run(options, tmp_path):
         certify(model, data, out=out, shard=(k, 2), **run)
     merged = merge_records([shard_path(out, k, 2) for k in range(2)], tmp_path / "m.tsv")
     assert without_time(read_records(merged).rows()) == without_time(whole)
+
+
+def test_no_class_above_the_threshold_anywhere_is_an_abstention():
+    """A model whose softmax is flat (1/K = 0.25 for 4 classes) never reaches θ = 0.3: every
+    count is 0. The authors' argmax of zeros would say class 0 (and count it correct on class-0
+    images); the certifier abstains, with radius 0."""
+    flat = encoded(Net64(torch.zeros(4, 128), torch.zeros(4)))
+    rows = certify(flat, images(4), options={"mode": "column", "size": 2, "threshold": 0.3})
+    assert [r["predict"] for r in rows] == [-1] * 4
+    assert [r["correct"] for r in rows] == [0] * 4 and [r["radius"] for r in rows] == [0] * 4
+    assert [(r["nA"], r["nB"]) for r in rows] == [(0, 0)] * 4

@@ -420,6 +420,7 @@ def test_every_report_column_is_defined_in_help_and_readme(capsys, files):
         DATASET_COLUMN,
         ENVELOPE,
         SIGMA_COLUMNS,
+        UNIT_COLUMN,
         attack_table,
         certification_table,
     )
@@ -427,7 +428,7 @@ def test_every_report_column_is_defined_in_help_and_readme(capsys, files):
 
     headers = {*certification_table([], (0.5,)).headers, *attack_table([], (0.5,)).headers,
                *training_table([]).headers, "adjusted", ENVELOPE, "first", "second", "agree",
-               DATASET_COLUMN[1],
+               DATASET_COLUMN[1], UNIT_COLUMN[1],
                *(header for _, header, _ in SIGMA_COLUMNS),
                *(header for _, header, _ in COST_COLUMNS)}
     generic = {"r=0.5": "r=R", "d≤0.5": "d≤D"}

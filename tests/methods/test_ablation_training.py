@@ -182,7 +182,8 @@ def test_train_help_lists_the_ablation_method_and_its_options(capsys):
 
 def test_the_recipes_hold_the_authors_mnist_settings():
     """configs/fashion-mnist/ablation_*.yaml (each number's source is in the file): the
-    network, optimizer and two-phase schedule of alevine0/patchSmoothing's MNIST scripts."""
+    network, optimizer and two-phase schedule of alevine0/patchSmoothing's MNIST scripts, and
+    of alevine0/randomizedAblation's for pixels (no weight decay there)."""
     configs = Path(__file__).resolve().parents[2] / "configs" / "fashion-mnist"
     kept = {}
     for mode in ("column", "block", "pixels"):
@@ -190,7 +191,7 @@ def test_the_recipes_hold_the_authors_mnist_settings():
         assert (c.method, c.arch, c.dataset, c.sigma) == ("ablation", "ablation_cnn",
                                                           "fashion-mnist", None)
         assert (c.optimizer, c.lr, c.momentum, c.weight_decay, c.batch_size) == \
-            ("sgd", 0.01, 0.9, 5e-4, 128)
+            ("sgd", 0.01, 0.9, 0.0 if mode == "pixels" else 5e-4, 128)
         assert (c.epochs, c.lr_schedule, c.lr_milestones, c.lr_gamma) == \
             (400, "multistep", (200,), 0.1)
         assert c.method_params["mode"] == mode

@@ -132,7 +132,10 @@ class AblationCertifier(Certifier):
         (counts,) = yield Draws(x, Sweep(self.ablation), (n,), threshold=self.threshold)
         t = top_two(counts)
         radius = patch_radius(t, self.mode, self.size, min(x.shape[-2:]))
-        return {"predict": t.top, "radius": radius, "nA": t.count, "nB": t.runner_up_count,
+        # no class reaches θ at any position: the authors' argmax of zeros says class 0; we
+        # abstain instead, so that such an image never counts as a correct class-0 prediction
+        predict = t.top if t.count > 0 else -1
+        return {"predict": predict, "radius": radius, "nA": t.count, "nB": t.runner_up_count,
                 "n": n, "p_lower": t.count / n, "n0": 0}
 
     def _pixels(self, run, x, generator):
