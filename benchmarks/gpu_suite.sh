@@ -22,11 +22,16 @@
 #     column (28 passes), block (784) and pixels (n0 = 1,000 + n = 10,000, the AAAI paper's)
 #     with lenet at 1x28x28, engine vs the authors' one-position-at-a-time loop, 100 images;
 #     writes ablation_certify.*. About 1 minute of an H100 (estimated, not yet measured).
+#   PART=noises: every registered noise against Gaussian (benchmarks/lp_noises.py): CERTIFY
+#     seconds per image (n0 = 100, n = 10,000, batch 1000, lenet at 1x28x28, 20 images), the
+#     noise's draws alone, and its radius tables at d = 784 built and read; writes lp_noises.*.
+#     About 2 minutes of an H100 (estimated, not yet measured).
 # Results land in $OUT (default /tmp/gpu_suite): gpu_suite.md (the table), gpu_suite.json,
 # gpu_suite.log (stderr); PART=forward writes gpu_suite_forward.*. Extra arguments go to
 # gpu_suite.py, e.g. --peak-tflops 989 494.
 #     bash benchmarks/gpu_suite.sh && PART=forward bash benchmarks/gpu_suite.sh
 #     PART=dds bash benchmarks/gpu_suite.sh; PART=ablation bash benchmarks/gpu_suite.sh
+#     PART=noises bash benchmarks/gpu_suite.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu_suite}
@@ -58,8 +63,13 @@ ablation)
         --n0 1000 --n 10000 --rounds 3 "$@" 2> >(tee "$out/ablation_certify.log" >&2) \
         | tee "$out/ablation_certify.md"
     exit 0 ;;
+noises)
+    "$python" benchmarks/lp_noises.py --device cuda --images 20 --n0 100 --n 10000 \
+        --batch 1000 --rounds 3 "$@" 2> >(tee "$out/lp_noises.log" >&2) \
+        | tee "$out/lp_noises.md"
+    exit 0 ;;
 *)
-    echo "PART must be main or forward (or dds, ablation), got ${PART}" >&2; exit 2 ;;
+    echo "PART must be main or forward (or dds, ablation, noises), got ${PART}" >&2; exit 2 ;;
 esac
 "$python" benchmarks/gpu_suite.py --device cuda "${part[@]}" \
     --n 100000 --n0 100 --images 1 --rounds 1 --sweep-n 10000 --reference-n 10000 \

@@ -1,0 +1,69 @@
+"""benchmarks/lp_noises.py: a tiny CPU run in process, its cache isolation, its GPU suite part."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import benchmark_module
+from smoothcert.noise import NOISES, tables
+from smoothcert.noise.laplace import Laplace
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def lp():
+    with benchmark_module("lp_noises") as module:
+        yield module
+
+
+def test_every_registered_noise_is_benchmarked_by_default(lp):
+    args = lp.parse_args([])
+    assert args.noises[0] == "gaussian" and sorted(args.noises) == sorted(NOISES)
+    assert lp.parse_args(["--noises", "laplace"]).noises == ["gaussian", "laplace"]
+
+
+def test_tiny_run_prints_one_row_per_noise(lp, capsys, monkeypatch, tmp_path):
+    """Gaussian against itself is 1.00; the user's cache folder is untouched
+    (the tables go to a temporary one)."""
+    user = tmp_path / "user-cache"
+    monkeypatch.setenv("SMOOTHCERT_CACHE", str(user))
+    lp.main(["--device", "cpu", "--noises", "laplace", "pareto", "--images", "1", "--n0",
+             "10", "--n", "40", "--batch", "25", "--rounds", "1"])
+    text = capsys.readouterr().out
+    assert "| noise | norms certified directly | certify s/image | × Gaussian |" in text
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith(("| noise", "| ---"))}
+    assert list(rows) == ["gaussian", "laplace", "pareto"]
+    assert rows["gaussian"][3] == "1.00" and rows["gaussian"][5] == "1.00"
+    assert rows["laplace"][1] == "l1, linf"
+    assert "n0 = 10, n = 40, batch 25" in text and "load average" in text
+    assert not user.exists() and os.environ["SMOOTHCERT_CACHE"] == str(user)
+
+
+def test_a_fresh_cache_folder_builds_and_writes_the_table_then_restores(lp, tmp_path):
+    memo = dict(tables._MEMO)
+    with lp.cache_folder(str(tmp_path), fresh=True):
+        assert tables._MEMO == {}
+        Laplace(0.5).radii(0.9, 784)
+        (written,) = tmp_path.glob("laplace-linf-d784-*.json")
+    assert written.exists() and memo == tables._MEMO
+
+
+def test_gpu_suite_part_runs_the_benchmark(lp, tmp_path):
+    """``PART=noises bash benchmarks/gpu_suite.sh`` with a stand-in for Python that records its
+    arguments: arguments the benchmark accepts, at n0 = 100, n = 10,000, batch 1000 on CUDA."""
+    stub = tmp_path / "python"
+    stub.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
+    stub.chmod(0o755)
+    proc = subprocess.run(["bash", str(BENCHMARKS / "gpu_suite.sh")], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHON": str(stub),
+                                                      "OUT": str(tmp_path), "PART": "noises"})
+    assert proc.returncode == 0, proc.stderr
+    argv = (tmp_path / "lp_noises.md").read_text().splitlines()
+    assert argv[0] == "benchmarks/lp_noises.py"
+    args = lp.parse_args(argv[1:])
+    assert args.device == "cuda" and (args.n0, args.n, args.batch) == (100, 10_000, 1000)
+    assert sorted(args.noises) == sorted(NOISES)
