@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from certify_throughput import make_model
 from common import print_environment
+from sound_noise import timed
 
 from smoothcert.noise import NOISES, tables
 from smoothcert.runs import certify_dataset
@@ -89,16 +90,6 @@ def radii_times(noise) -> tuple[float, float]:
                 noise.radii(p, DIM)
                 out.append(time.perf_counter() - start)
     return out[0], out[1]
-
-
-def timed(fn, device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - start
 
 
 def jobs(model, xs, args) -> dict:
