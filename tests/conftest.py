@@ -193,3 +193,19 @@ def benchmark_module(name: str):
         yield importlib.import_module(name)
     finally:
         sys.path.remove(str(BENCHMARKS))
+
+
+def gpu_suite_argv(part: str, output: str, tmp_path) -> list[str]:
+    """The command line ``PART=part bash benchmarks/gpu_suite.sh`` runs, read back from
+    ``tmp_path/output``: the script runs with a stand-in for Python that writes its arguments
+    there (via stdout), so each part's arguments can be parsed by its benchmark."""
+    import subprocess
+
+    stub = tmp_path / "python"
+    stub.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
+    stub.chmod(0o755)
+    proc = subprocess.run(["bash", str(BENCHMARKS / "gpu_suite.sh")], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHON": str(stub),
+                                                      "OUT": str(tmp_path), "PART": part})
+    assert proc.returncode == 0, proc.stderr
+    return (tmp_path / output).read_text().splitlines()

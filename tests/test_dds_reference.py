@@ -8,8 +8,6 @@ and is loaded from it, as the benchmark does; a tiny classifier takes 40×40 ima
 bicubic resize runs too."""
 
 import copy
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ from torch import nn
 
 pytest.importorskip("diffusers")
 
-from conftest import benchmark_module
+from conftest import benchmark_module, gpu_suite_argv
 from smoothcert.denoisers import Denoised, DiffusionDenoiser  # noqa: E402
 from smoothcert.models.archs import NormalizeLayer  # noqa: E402
 
@@ -95,14 +93,7 @@ def test_reference_certify_agrees_with_the_engine_on_a_constant_classifier(dds, 
 def test_gpu_suite_part_runs_the_paper_workload(dds, tmp_path):
     """``PART=dds bash benchmarks/gpu_suite.sh``, with a stand-in for Python that records its
     arguments: arguments the benchmark accepts, at Carlini et al.'s n0, n and batch on CUDA."""
-    stub = tmp_path / "python"
-    stub.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
-    stub.chmod(0o755)
-    proc = subprocess.run(["bash", str(BENCHMARKS / "gpu_suite.sh")], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "PYTHON": str(stub),
-                                                      "OUT": str(tmp_path), "PART": "dds"})
-    assert proc.returncode == 0, proc.stderr
-    argv = (tmp_path / "dds_like_for_like.md").read_text().splitlines()
+    argv = gpu_suite_argv("dds", "dds_like_for_like.md", tmp_path)
     assert argv[0] == "benchmarks/dds_like_for_like.py"
     args = dds.parse_args(argv[1:])
     assert args.device == "cuda" and args.json == tmp_path / "dds_like_for_like.json"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import benchmark_module
+from conftest import benchmark_module, gpu_suite_argv
 from smoothcert.denoisers import one_shot_timestep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -191,15 +191,8 @@ def test_the_shell_script_runs_valid_settings(suite, part, tmp_path):
     """gpu_suite.sh, with a stand-in for Python that records its arguments: each part passes
     arguments the suite accepts; the main part measures the CLI's default, the forward part
     CUDA graphs and max-autotune at larger batches."""
-    stub = tmp_path / "python"
-    stub.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
-    stub.chmod(0o755)
-    proc = subprocess.run(["bash", str(BENCHMARKS / "gpu_suite.sh")], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "PYTHON": str(stub),
-                                                      "OUT": str(tmp_path), "PART": part})
-    assert proc.returncode == 0, proc.stderr
     name = "gpu_suite" if part == "main" else "gpu_suite_forward"
-    argv = (tmp_path / f"{name}.md").read_text().splitlines()
+    argv = gpu_suite_argv(part, f"{name}.md", tmp_path)
     assert argv[0] == "benchmarks/gpu_suite.py"
     args = suite.parse_args(argv[1:])
     assert args.device == "cuda" and args.json == str(tmp_path / f"{name}.json")
@@ -211,8 +204,9 @@ def test_the_shell_script_runs_valid_settings(suite, part, tmp_path):
         assert {"bf16+channels_last+compile_cudagraphs", "bf16+channels_last+compile_autotune",
                 "bf16+channels_last"} <= set(args.settings)
         assert max(args.batches) >= 8000 and args.models == ["cifar_resnet110", "resnet50"]
+    stub = str(tmp_path / "python")  # the stand-in gpu_suite_argv wrote
     bad = subprocess.run(["bash", str(BENCHMARKS / "gpu_suite.sh")], capture_output=True,
-                         text=True, timeout=60, env={**os.environ, "PYTHON": str(stub),
+                         text=True, timeout=60, env={**os.environ, "PYTHON": stub,
                                                      "OUT": str(tmp_path), "PART": "nope"})
     assert bad.returncode == 2 and "PART must be main or forward" in bad.stderr
 

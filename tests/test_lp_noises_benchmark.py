@@ -1,12 +1,11 @@
 """benchmarks/lp_noises.py: a tiny CPU run in process, its cache isolation, its GPU suite part."""
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import benchmark_module
+from conftest import benchmark_module, gpu_suite_argv
 from smoothcert.noise import NOISES, tables
 from smoothcert.noise.laplace import Laplace
 
@@ -55,14 +54,7 @@ def test_a_fresh_cache_folder_builds_and_writes_the_table_then_restores(lp, tmp_
 def test_gpu_suite_part_runs_the_benchmark(lp, tmp_path):
     """``PART=noises bash benchmarks/gpu_suite.sh`` with a stand-in for Python that records its
     arguments: arguments the benchmark accepts, at n0 = 100, n = 10,000, batch 1000 on CUDA."""
-    stub = tmp_path / "python"
-    stub.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
-    stub.chmod(0o755)
-    proc = subprocess.run(["bash", str(BENCHMARKS / "gpu_suite.sh")], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "PYTHON": str(stub),
-                                                      "OUT": str(tmp_path), "PART": "noises"})
-    assert proc.returncode == 0, proc.stderr
-    argv = (tmp_path / "lp_noises.md").read_text().splitlines()
+    argv = gpu_suite_argv("noises", "lp_noises.md", tmp_path)
     assert argv[0] == "benchmarks/lp_noises.py"
     args = lp.parse_args(argv[1:])
     assert args.device == "cuda" and (args.n0, args.n, args.batch) == (100, 10_000, 1000)
