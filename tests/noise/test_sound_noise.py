@@ -153,6 +153,22 @@ def test_off_grid_inputs_are_refused_and_the_quantized_noise_rounds_them():
         DiscreteGaussian(torch.tensor([0.25, 0.5]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_every_grid_value_is_accepted_and_one_ulp_off_is_refused(dtype):
+    """The check compares with k/255 rounded once (a CPU division); it once compared with
+    m / 255 on x's device, which CUDA computes as m · (1/255) and which refused 8-bit images
+    (found on an H200). Here each of the 256 values passes, and its neighbours one ulp away
+    fail, so any other rounding of the grid would fail this test."""
+    noise = DiscreteGaussian(0.25)
+    grid = torch.arange(256, dtype=torch.float64).div(255).to(dtype)
+    assert torch.equal(noise.grid_points(grid), torch.arange(256, dtype=torch.int32))
+    for direction in (-1.0, 2.0):
+        nudged = torch.nextafter(grid[1:-1], torch.tensor(direction, dtype=dtype))
+        for value in nudged[::17]:
+            with pytest.raises(SmoothcertError, match="1 of 1 values"):
+                noise.grid_points(value.reshape(1))
+
+
 class BitProbe(nn.Module):
     """Class 0 if some coordinate of the input is not a multiple of 2⁻²⁹, else class 1.
 

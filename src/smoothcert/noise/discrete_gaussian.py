@@ -226,7 +226,13 @@ class DiscreteGaussian(Noise):
         """The integers m = 255·x (int32), checking that x is on the grid (or rounding it)."""
         m = torch.round(x.detach() * LEVELS)
         if not self.quantize:
-            off = (m / LEVELS != x) | (m < 0) | (m > LEVELS)
+            # Compared with the grid's values rounded once from float64 on the host, not with
+            # m / 255 on x's device: CUDA divides by a scalar as a product with its reciprocal,
+            # which misses the correctly rounded k/255 for some k and refused true 8-bit images.
+            inside = (m >= 0) & (m <= LEVELS)
+            grid = (torch.arange(LEVELS + 1, dtype=torch.float64) / LEVELS).to(x.dtype)
+            on_grid = grid.to(x.device)[m.clamp(0, LEVELS).long()] == x
+            off = ~(inside & on_grid)
             if bool(off.any()):
                 raise SmoothcertError(
                     f"noise {self.name!r} needs inputs on the 8-bit grid "
