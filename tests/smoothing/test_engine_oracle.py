@@ -120,3 +120,48 @@ def test_default_chunk_longer_than_a_batch():
     for i in range(2):
         expected = oracle(model, x, "gaussian", (100, 1500), generator(i), engine.chunk)
         np.testing.assert_array_equal(got[i], expected)
+
+
+class Binary64(Linear64):
+    """A second classifier of the same inputs with 2 classes (an ACES selection model)."""
+
+    def forward(self, x):
+        return super().forward(x)[:, :2] - super().forward(x)[:, 2:4]
+
+
+@pytest.mark.parametrize("batch_size", [3, 13, 200])
+def test_requests_through_another_model_equal_the_plain_loop(batch_size):
+    """``Draws(model=...)``: requests of two models, of 5 and 2 classes, interleaved across six
+    programs (each asks the run's model, then the other, then the run's again), packed into
+    batches of one model each: every request's counts equal the plain loop's through its own
+    model, and the 2-class model's counts fill its 2 columns only."""
+    model, other, smoothing = Linear64(), Binary64(), Gaussian(SIGMA)
+    cases = inputs_and_sizes()
+
+    def program(x, sizes, i):
+        g = generator(i)
+        first = yield Draws(x, smoothing, sizes, g)
+        second = yield Draws(x, smoothing, sizes, g, model=other, num_classes=2)
+        third = yield Draws(x, smoothing, sizes, g)
+        return first, second, third
+
+    engine = BatchedVotes(chunk=CHUNK)
+    programs = [(i, program(x, s, i)) for i, (x, s) in enumerate(cases)]
+    got = {d.key: d.result for d in engine.run(model, programs, CLASSES, batch_size)}
+    for i, (x, sizes) in enumerate(cases):
+        g = generator(i)
+        expected = [oracle(model, x, "gaussian", sizes, g, CHUNK),
+                    oracle(other, x, "gaussian", sizes, g, CHUNK),
+                    oracle(model, x, "gaussian", sizes, g, CHUNK)]
+        for got_counts, want in zip(got[i], expected):
+            np.testing.assert_array_equal(got_counts, want, err_msg=f"input {i}")
+        assert got[i][1][:, 2:].sum() == 0 and got[i][1].sum() == sum(sizes)
+
+
+def test_a_request_model_with_more_classes_than_the_run_is_refused():
+    def program():
+        yield Draws(torch.zeros(2, 3, 3), Gaussian(SIGMA), (4,), generator(0),
+                    model=Linear64(), num_classes=CLASSES + 1)
+
+    with pytest.raises(Exception, match="classes"):
+        list(BatchedVotes(chunk=CHUNK).run(Linear64(), [(0, program())], CLASSES, 8))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -51,6 +51,7 @@ class RunContext:
     dataset: Any  # runs.inputs.Examples: example(idx) -> (x, label)
     done: Any  # runs.records.Records of this shard's file (empty without a file)
     device: torch.device
+    models: Mapping[str, Any] = field(default_factory=dict)  # role → runs.inputs.ModelSource
 
 
 class Certifier(Configurable, abc.ABC):
@@ -68,7 +69,8 @@ class Certifier(Configurable, abc.ABC):
     input at a σ of its own, so a denoiser tuned to the run's one σ, as a diffusion denoiser's
     timestep, does not fit it), ``uses_noise`` (False: it draws no noise, e.g. ablation
     smoothing; its runs take no ``--noise``/``--sigma`` and their identity says noise "none",
-    σ 0).
+    σ 0). ``model_roles``: the other models it composes with the run's, by role (ACES'
+    ``selection`` and ``core``; :mod:`smoothcert.runs.roles`), checked by :meth:`check_models`.
     """
 
     plugin_kind = "certifier"
@@ -80,6 +82,8 @@ class Certifier(Configurable, abc.ABC):
     certifies: ClassVar[bool] = True
     varies_sigma: ClassVar[bool] = False
     uses_noise: ClassVar[bool] = True
+    model_roles: ClassVar[tuple[str, ...]] = ()
+    sigma_list_option: ClassVar[str | None] = None  # the option a --sigma list goes to
 
     def options(self) -> dict[str, Any]:
         """The options as plain values (the run identity's ``options``)."""
@@ -124,6 +128,26 @@ class Certifier(Configurable, abc.ABC):
             raise SmoothcertError(f"the model reads {encoding}-encoded inputs (trained with "
                                   f"--method {encoding}); certify it with --certifier "
                                   f"{encoding}, not {self.name!r}")
+
+    def check_models(self, roles: frozenset) -> None:
+        """Refuse the roles of the other models given (``certify --model ROLE=CKPT``) before
+        anything is loaded: by default exactly :attr:`model_roles`, every one of them."""
+        unknown, missing = sorted(roles - set(self.model_roles)), \
+            sorted(set(self.model_roles) - roles)
+        if unknown:
+            takes = (f"takes the models {', '.join(self.model_roles)}" if self.model_roles
+                     else "takes no other model")
+            raise SmoothcertError(f"certifier {self.name!r} {takes}, not "
+                                  f"{', '.join(unknown)}")
+        if missing:
+            raise SmoothcertError(f"certifier {self.name!r} needs a model for "
+                                  f"{', '.join(missing)} (--model ROLE=CKPT)")
+
+    def checkpoint_roles(self, count: int) -> tuple[str, ...] | None:
+        """The roles of the command line's checkpoints after the first when it gives ``count``
+        of them (a cascade: one per level), or None (the default): several checkpoints form
+        one ensemble, the run's model."""
+        return None
 
     def start(self, run: RunContext) -> None:
         """Called once per run before any program, with the rows already written when resuming:

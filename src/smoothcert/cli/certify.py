@@ -29,6 +29,11 @@ def _run_args(p, *, with_n0: bool):
         p.epilog = _certifiers_epilog()
     p.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of the certifier (repeatable)")
+    if with_n0:
+        p.add_argument("--model", action="append", default=[], metavar="ROLE=CKPT",
+                       help="another model the certifier composes with the checkpoint, by role "
+                            "(repeatable), e.g. --certifier aces --model selection=SEL.pt "
+                            "--model core=CORE.pt")
     noise_args(p)
     if with_n0:
         p.add_argument("--n0", type=DRAWS, default=100,

@@ -5,6 +5,7 @@ denoiser with ``--denoiser``) over a dataset split into a record file, through o
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -53,9 +54,40 @@ def noise_args(p) -> None:
     p.add_argument("--noise", choices=sorted(NOISES),
                    help="smoothing noise; σ is its per-coordinate standard deviation (default: "
                         "the checkpoint's)")
-    p.add_argument("--sigma", type=float,
+    p.add_argument("--sigma", type=sigma_arg,
                    help="noise level (default: the checkpoint's; required for a classifier "
-                        "trained without noise, e.g. train --method standard)")
+                        "trained without noise, e.g. train --method standard); a "
+                        "comma-separated list, largest first, for --certifier cascade")
+
+
+def sigma_arg(text: str):
+    """--sigma: one σ, or several (``1.0,0.5,0.25``: a cascade's levels) as a tuple; each a
+    finite number > 0 (the order is the certifier's to check)."""
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected a number > 0 or a comma-separated list of "
+                                         f"them, got {text!r}")
+    return values[0] if len(values) == 1 else values
+
+
+def sigma_levels(args, certifier: str, options: dict) -> tuple[float | None, dict]:
+    """(σ of the run, the certifier's options): a --sigma list goes to the option the certifier
+    names for it (``Certifier.sigma_list_option``: a cascade's ``sigmas``), σ being its first;
+    a certifier without one refuses a list in one line. Several checkpoints of a certifier that
+    takes one per level (``checkpoint_roles``) become its other models by role."""
+    from ..runs import certifier_class
+
+    cls, sigma = certifier_class(certifier), args.sigma
+    if isinstance(sigma, tuple):
+        if cls.sigma_list_option is None:
+            raise SmoothcertError(f"--sigma takes one value with --certifier {certifier}; a "
+                                  "list is for a certifier over several levels (cascade)")
+        options = {**options, cls.sigma_list_option: ",".join(map(repr, sigma))}
+        sigma = sigma[0]
+    return sigma, options
 
 
 def monte_carlo_args(p, n_help: str = "draws, at most 2**53 (default 100000)") -> None:
@@ -248,6 +280,9 @@ def run_certifier(certifier: str, args, options: dict) -> None:
     from ..runs.records import shard_path
     from ..training.distributed import rank_device
 
+    certifier = getattr(args, "certifier", certifier)
+    sigma, options = sigma_levels(args, certifier, options)
+    models = _role_models(args, certifier, options)  # before any checkpoint is read
     metas = [load_checkpoint(c).meta for c in args.checkpoint]
     for checkpoint, meta in zip(args.checkpoint, metas):
         check_classifier(checkpoint, meta)  # before the dataset is loaded
@@ -258,7 +293,7 @@ def run_certifier(certifier: str, args, options: dict) -> None:
     certify_dataset(
         model,
         dataset,
-        sigma=args.sigma,
+        sigma=sigma,
         noise=args.noise,
         n0=getattr(args, "n0", 100),  # predict and attack have no selection draws
         n=args.n,
@@ -267,7 +302,7 @@ def run_certifier(certifier: str, args, options: dict) -> None:
         seed=args.seed,
         skip=args.skip,
         max_count=args.max_count,
-        certifier=getattr(args, "certifier", certifier),
+        certifier=certifier,
         options=options,
         out=args.out,
         shard=shard,
@@ -276,6 +311,7 @@ def run_certifier(certifier: str, args, options: dict) -> None:
         engine=engine,
         progress=progress_mode(args) if is_main_rank() else False,
         denoiser=args.denoiser,
+        models=models,
     )
     print(f"records: {shard_path(args.out, *shard)}")
     per_input = getattr(model, "evaluations_per_input", lambda: None)()
@@ -296,6 +332,33 @@ def consensus_arg(text: str):
     if k < 1:
         raise argparse.ArgumentTypeError(f"expected 'exact' or a positive integer K, got {text!r}")
     return k
+
+
+def _role_models(args, certifier: str, options: dict) -> dict:
+    """The certifier's other models by role: each ``--model ROLE=CKPT``, and the checkpoints
+    after the first where the certifier takes one per level (a cascade's); ``args.checkpoint``
+    then keeps the first alone, the run's model."""
+    from ..certifiers import build_certifier
+    from ..runs import certifier_class
+
+    models = {}
+    for item in getattr(args, "model", None) or []:  # paths as typed: no YAML reading
+        role, sep, path = item.partition("=")
+        if not sep or not role or not path:
+            raise SmoothcertError(f"--model takes ROLE=CKPT, got {item!r}")
+        if role in models:
+            raise SmoothcertError(f"--model {role} is given twice")
+        models[role] = path
+    roles = build_certifier(certifier_class(certifier), options).checkpoint_roles(
+        len(args.checkpoint))
+    if roles is not None:
+        for role, path in zip(roles, args.checkpoint[1:]):
+            if role in models:
+                raise SmoothcertError(f"the {role} model is given twice: as a checkpoint and "
+                                      "as --model")
+            models[role] = path
+        args.checkpoint = args.checkpoint[:1]
+    return models
 
 
 def _model(args, device):

@@ -78,6 +78,7 @@ from .records import (
     shard_indices,
     shard_path,
 )
+from .roles import check_role_shapes, load_roles, role_fingerprints, roles_in_eval_mode
 from .rows import LATER_COLUMNS, NoFile, no_records, python_row, run_rows, written
 
 
@@ -124,6 +125,7 @@ class RunConfig:
     timestep: int | None = None  # a diffusion denoiser's t*: fixed by sigma
     # an ensemble's members (their fingerprints, in order), mode and K-consensus (None: one model)
     ensemble: dict | None = None
+    models: dict | None = None  # the certifier's other models: role → fingerprint (roles.py)
 
     def __post_init__(self):
         certifier, noise = _resolved_names(self.certifier, self.noise)
@@ -208,7 +210,7 @@ def certify_dataset(
     max_count: int | None = None, indices=None, certifier: str = "certify",
     options: dict | None = None, out=None, shard: tuple[int, int] = (0, 1),
     num_classes: int | None = None, device=None, workers: int | None = None,
-    engine: dict | None = None, progress: bool = False, denoiser=None,
+    engine: dict | None = None, progress: bool = False, denoiser=None, models=None,
 ) -> list[dict]:
     """Certify (or run any registered certifier on) every selected example of ``dataset``.
 
@@ -235,15 +237,18 @@ def certify_dataset(
     every 30 s, for a log). ``denoiser`` puts a denoiser in front of the classifier (the
     certified function is classifier ∘ denoiser): a denoiser checkpoint, ``"diffusers:FOLDER"``
     (one-step denoising at the t* of ``sigma``) or an ``nn.Module``; a ``model`` that is a
-    ``Denoised(denoiser, classifier)`` runs the same way.
+    ``Denoised(denoiser, classifier)`` runs the same way. ``models``: the certifier's other
+    models by role (``{"selection": ..., "core": ...}`` for ACES; :mod:`.roles`).
     """
     model, denoiser = split_denoised(model, denoiser)
     source, data = load_source(model, device, plain(num_classes)), as_examples(dataset)
     counts = dict(n0=n0, n=n, alpha=alpha, batch=batch, seed=seed, skip=skip, max_count=max_count)
     cfg, source = _api_config(source, data, denoiser, certifier, noise, sigma, counts,
                               options, engine, indices)
+    roles = load_roles(models, cfg.build_certifier(), source.device)
+    cfg = dataclasses.replace(cfg, models=role_fingerprints(roles))
     return execute(cfg, source, data, out, shard=checked_shard(shard), workers=workers,
-                   progress=progress)
+                   progress=progress, roles=roles)
 
 
 def _api_config(source: ModelSource, data: Examples, denoiser, certifier: str, noise, sigma,
@@ -302,11 +307,15 @@ def run_dataset(
 
 
 def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(0, 1),
-            workers: int | None = None, progress: bool = False) -> list[dict]:
+            workers: int | None = None, progress: bool = False, roles=None) -> list[dict]:
     """The rows of ``cfg`` on this shard's examples of ``data``; with ``out`` each row is also
     appended (fsynced) to the shard's record file, resuming after the rows already there, and
     the rows returned are the file's, as dicts of plain Python scalars (:func:`python_row`).
+    ``roles``: the certifier's other models (role → ModelSource; :mod:`.roles`).
     Everything is checked before the file is opened."""
+    roles = dict(roles or {})
+    cfg.build_certifier().check_models(frozenset(roles))  # run_dataset: a role it needs
+    check_role_shapes(roles, data)
     certifier, noise, mine = _checked_run(cfg, source, data, shard, workers, progress)
     path = shard_path(out, *shard) if out is not None else None
     cfg = _file_chunk(cfg, path)
@@ -314,13 +323,13 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     smoothed = Smoothed(source.model, noise, source.num_classes,
                         BatchedVotes(**cfg.engine, chunk=cfg.chunk))
     previous = read_records(path) if path is not None else no_records(record_columns(cfg))
-    run = RunContext(cfg, smoothed, data, previous, source.device)
+    run = RunContext(cfg, smoothed, data, previous, source.device, roles)
     certifier.start(run)
     todo = [i for i in mine if i not in done]
     name = path.name if path is not None else data.name
     bar = progress_meter(progress, len(mine), len(mine) - len(todo), f"{cfg.certifier} {name}")
     stream = data.stream(todo, workers, num_classes=source.num_classes)
-    with writer, bar, eval_mode(source.model):
+    with writer, bar, eval_mode(source.model), roles_in_eval_mode(roles):
         produced = written(writer, bar, run_rows(certifier, run, stream))
     done_rows = read_records(path).rows() if path is not None else produced
     return [python_row(row) for row in done_rows]
@@ -420,11 +429,12 @@ def _check_shardable(cfg: RunConfig, certifier: Certifier, shard) -> None:
 
 def run_identity(cfg: RunConfig) -> dict:
     """The run's identity (see the module doc), as JSON reads it back: every field of ``cfg``
-    but ``batch`` and ``max_count``, and ``denoiser``, ``timestep`` and ``ensemble`` where they
-    are None (so runs of one model without a denoiser keep the identity they had before)."""
+    but ``batch`` and ``max_count``, and ``denoiser``, ``timestep``, ``ensemble`` and ``models``
+    where they are None (so runs of one model without a denoiser keep the identity they had
+    before)."""
     fields = dataclasses.asdict(cfg)
     del fields["batch"], fields["max_count"]
-    for name in ("denoiser", "timestep", "ensemble"):
+    for name in ("denoiser", "timestep", "ensemble", "models"):
         if fields[name] is None:
             del fields[name]
     if fields["indices"] is not None:

@@ -44,14 +44,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Generator, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import nn
 
 from ..errors import SmoothcertError, check_count
 from ..model_calls import engine_call, meter, metered
+from .requests import Draws, Finished, Program
 from .votes import count_argmax, count_threshold, voting
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -61,44 +61,6 @@ batch of 1000 did before chunks were fixed: no measurable change in throughput),
 that the carry buffer (``CHUNK`` noisy inputs: 616 MB of float32 for 3×224×224 ImageNet inputs,
 3 MB for 28×28) is small next to a forward batch's activations; ``chunk`` sets it per engine,
 but another chunk draws other noise (it is part of a run's identity)."""
-
-
-@dataclass(frozen=True, eq=False)
-class Draws:
-    """A request for ``sum(sizes)`` noisy votes at one input ``x`` (C, H, W), on the model's device.
-
-    The segments are drawn in order from ``generator`` with ``noise``; the program that yielded
-    the request receives an int64 array (len(sizes), num_classes) of argmax f(x + δ) counts,
-    one row per segment (e.g. CERTIFY's n0 selection draws and its n estimation draws).
-    With ``threshold`` θ in [0, 1] a draw votes instead for every class c with
-    softmax f(x + δ)_c >= θ (several classes or none: Levine & Feizi 2020's base classifier),
-    so a row may sum to more or less than its draws; None (default) is the argmax vote.
-    """
-
-    x: torch.Tensor
-    noise: object
-    sizes: tuple
-    generator: torch.Generator | None = None
-    threshold: float | None = None
-
-
-@dataclass(frozen=True)
-class Finished:
-    """A program's return value, with its share of the engine's wall time and its cost.
-
-    ``seconds`` divides the time between host synchronisations among the programs in
-    proportion to the noisy inputs each had in the forward passes, so the seconds of a run's
-    programs add up to its wall time. ``passes``: the base-model forward passes its noisy
-    inputs took, where the model reports them (an ensemble's member evaluations), else None.
-    """
-
-    key: object
-    result: object
-    seconds: float
-    passes: int | None = None
-
-
-Program = Generator  # yields Draws, receives np.ndarray counts, returns a result
 
 
 class BatchedVotes:
@@ -116,7 +78,7 @@ class BatchedVotes:
                                   f"got {precision!r}")
         self.precision, self.channels_last, self.compile = precision, channels_last, compile
         self.chunk = check_count("chunk", chunk)  # draws per canonical chunk (module doc)
-        self._prepared: tuple[nn.Module, nn.Module] | None = None
+        self._prepared: dict[int, tuple[nn.Module, nn.Module]] = {}
 
     def settings(self) -> dict:
         """The settings that may change the computed function (bf16) or its float rounding
@@ -214,14 +176,15 @@ class BatchedVotes:
 
         ``channels_last`` converts the model's parameters in place.
         """
-        if self._prepared is not None and self._prepared[0] is model:
-            return self._prepared[1]
+        known = self._prepared.get(id(model))
+        if known is not None and known[0] is model:
+            return known[1]
         runnable = model
         if self.channels_last:
             runnable = model.to(memory_format=torch.channels_last)
         if self.compile:
             runnable = torch.compile(runnable, dynamic=False)
-        self._prepared = (model, runnable)
+        self._prepared[id(model)] = (model, runnable)
         return runnable
 
     def forward(self, model, batch: torch.Tensor, size: int, num_classes: int) -> torch.Tensor:
@@ -339,6 +302,10 @@ class _Scheduler:
         if request.threshold is not None and not 0.0 <= request.threshold <= 1.0:
             raise SmoothcertError(f"a vote threshold is a softmax score in [0, 1], got "
                                   f"{request.threshold!r}")
+        classes = request.num_classes
+        if classes is not None and not 2 <= classes <= self.num_classes:
+            raise SmoothcertError(f"a request's model has {classes} classes; the run's counts "
+                                  f"hold 2 to {self.num_classes}")
         if self.buffer is None:
             self._allocate(request.x)
         stream.request = request
@@ -363,13 +330,16 @@ class _Scheduler:
 
     @torch.inference_mode()
     def _forward_batch(self) -> None:
-        pieces = self._fill()  # [(stream, cell, rows)], all of one voting rule (self.rule)
+        pieces = self._fill()  # [(stream, cell, rows)], all of one key (self.key)
         size = sum(rows for _, _, rows in pieces)
         padded = self.engine.compile  # a compiled model keeps one batch shape
         batch = self.buffer if padded else self.buffer[:size]
+        request = pieces[0][0].request
+        model = self.model if request.model is None else self.engine.prepare(request.model)
         # a model may skip what changes no argmax; a threshold vote reads every score
         with engine_call(argmax_only=self.rule is None) as call:
-            logits = self.engine.forward(self.model, batch, size, self.num_classes)
+            logits = self.engine.forward(model, batch, size,
+                                         request.num_classes or self.num_classes)
         passes = call.row_passes[:size] if call.row_passes is not None else None
         self.costed = self.costed or passes is not None
         cells = [(cell, rows) for _, cell, rows in pieces]
@@ -386,10 +356,11 @@ class _Scheduler:
         pieces: list = []
         first = self.carry[0] if self.carry is not None else \
             next((s for s in self.active if s.undrawn > 0), None)
-        self.rule = first.request.threshold if first is not None else None
+        key = first.request.batch_key() if first is not None else (None, None)
+        self.rule = key[0]
         filled = self._take_carry(pieces, 0) if self.carry is not None else 0
         for stream in self.active:
-            if stream.request is None or stream.request.threshold != self.rule:
+            if stream.request is None or stream.request.batch_key() != key:
                 continue
             while filled < self.batch_size and stream.undrawn > 0:
                 cell, size = stream.next_chunk(self.engine.chunk)

@@ -34,8 +34,8 @@ def count_argmax(table: torch.Tensor, cells: list, logits: torch.Tensor,
                  passes: torch.Tensor | None) -> None:
     """Add each row's argmax vote (a row that does not vote: column C), and its passes where
     reported, to its cell of ``table``."""
-    num_classes, width = logits.shape[1], table.shape[1]
-    labels = logits.argmax(dim=1).masked_fill_(~voting(logits), num_classes)
+    width = table.shape[1]  # a request's model may have fewer classes than the table
+    labels = logits.argmax(dim=1).masked_fill_(~voting(logits), width - 2)
     if len(cells) == 1:
         cell = cells[0][0]
         table[cell, :-1] += torch.bincount(labels, minlength=width - 1)
@@ -56,7 +56,7 @@ def count_threshold(table: torch.Tensor, cells: list, logits: torch.Tensor,
     ok = voting(logits)
     scores = logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(dim=1)
     rows = torch.zeros((ok.shape[0], table.shape[1]), dtype=torch.long, device=logits.device)
-    rows[:, :-2] = (scores >= threshold) & ok[:, None]
+    rows[:, :scores.shape[1]] = (scores >= threshold) & ok[:, None]
     rows[:, -2] = ~ok
     if passes is not None:
         rows[:, -1] = passes
