@@ -16,16 +16,17 @@
 #   PART=dds: diffusion denoised smoothing like for like (benchmarks/dds_like_for_like.py):
 #     Carlini et al.'s CIFAR-10 setting (improved-diffusion's 52.5M UNet + ViT-B/16 at 224,
 #     random weights), their loop against the engine (fp32, bf16+channels_last) at their n0 =
-#     100, n = 100,000 and batch 200, one image; writes dds_like_for_like.*. About 5 minutes of
-#     an H100 (estimated from the FLOPs: 52 GFLOP per draw, not yet measured).
+#     100, n = 100,000 and batch 200, one image; writes dds_like_for_like.*. On an H200
+#     (measured): the reference 108 s, the engine 108 s at fp32 and 35 s at bf16+channels_last,
+#     plus about 30 s of setup: over 4.5 minutes, so one call may need --settings split.
 #   PART=ablation: ablation certification (benchmarks/ablation_certify.py): seconds per image of
 #     column (28 passes), block (784) and pixels (n0 = 1,000 + n = 10,000, the AAAI paper's)
 #     with lenet at 1x28x28, engine vs the authors' one-position-at-a-time loop, 100 images;
-#     writes ablation_certify.*. About 1 minute of an H100 (estimated, not yet measured).
+#     writes ablation_certify.*. Under a minute of an H200 (measured 2026-11-27).
 #   PART=noises: every registered noise against Gaussian (benchmarks/lp_noises.py): CERTIFY
 #     seconds per image (n0 = 100, n = 10,000, batch 1000, lenet at 1x28x28, 20 images), the
 #     noise's draws alone, and its radius tables at d = 784 built and read; writes lp_noises.*.
-#     About 2 minutes of an H100 (estimated, not yet measured).
+#     About a minute of an H200 (measured 2026-11-27, with the dds part in the same call).
 # Results land in $OUT (default /tmp/gpu_suite): gpu_suite.md (the table), gpu_suite.json,
 # gpu_suite.log (stderr); PART=forward writes gpu_suite_forward.*. Extra arguments go to
 # gpu_suite.py, e.g. --peak-tflops 989 494.
