@@ -25,6 +25,10 @@ LEVELS = (0, 26, 46, 50, 53, 64, 115, 179, 230, 255)  # the sound noises' inputs
 # whose model reads ablated pixels) keeps the same contract in its own tests
 # (tests/certifiers/test_ablation.py: kill and resume, shards and merge; soundness by exhaustive
 # patch search in test_ablation_soundness.py).
+# The other models of a certifier that composes several (``model_roles``), built from the
+# oracle: ACES takes it as its 2-class selection (the robust model where x₀ > B, the core model
+# below) and as its core model, so that the composed model is the oracle itself.
+ROLE_MODELS = {"aces": lambda oracle: {"selection": oracle, "core": oracle}}
 CASES = [(name, noise) for name in certifying() if CERTIFIERS[name].uses_noise
          for noise in (CERTIFIERS[name].noises or sorted(NOISES))]
 
@@ -55,13 +59,17 @@ def oracle(noise="gaussian"):
     xs = torch.zeros(len(x0), 1, 4, 4)
     xs[:, 0, 0, 0] = x0
     labels = (xs[:, 0, 0, 0] > B).long()
-    return Halfspace(w, b=B, input_shape=(1, 4, 4)), torch.utils.data.TensorDataset(xs, labels)
+    model = Halfspace(w, b=B, input_shape=(1, 4, 4))
+    model.num_classes = 2  # what a model in a role must say (runs.inputs.load_source)
+    return model, torch.utils.data.TensorDataset(xs, labels)
 
 
 def run(name, noise, **kwargs):
     model, data = oracle(noise)
+    models = ROLE_MODELS[name](model) if name in ROLE_MODELS else None
     return certify_dataset(model, data, certifier=name, noise=noise, sigma=0.5, n0=50, n=2000,
-                           alpha=0.001, batch=500, seed=3, num_classes=2, **kwargs)
+                           alpha=0.001, batch=500, seed=3, num_classes=2, models=models,
+                           **kwargs)
 
 
 def without_time(rows):

@@ -129,19 +129,28 @@ class Certifier(Configurable, abc.ABC):
                                   f"--method {encoding}); certify it with --certifier "
                                   f"{encoding}, not {self.name!r}")
 
+    def needed_roles(self) -> tuple[str, ...]:
+        """The other models this configuration reads: :attr:`model_roles` (a certifier whose
+        options decide, as ACES' selection source, returns fewer)."""
+        return self.model_roles
+
     def check_models(self, roles: frozenset) -> None:
         """Refuse the roles of the other models given (``certify --model ROLE=CKPT``) before
-        anything is loaded: by default exactly :attr:`model_roles`, every one of them."""
-        unknown, missing = sorted(roles - set(self.model_roles)), \
-            sorted(set(self.model_roles) - roles)
+        anything is loaded: exactly :meth:`needed_roles`, every one of them."""
+        needed = self.needed_roles()
+        unknown, missing = sorted(roles - set(needed)), sorted(set(needed) - roles)
         if unknown:
-            takes = (f"takes the models {', '.join(self.model_roles)}" if self.model_roles
-                     else "takes no other model")
-            raise SmoothcertError(f"certifier {self.name!r} {takes}, not "
-                                  f"{', '.join(unknown)}")
+            takes = f"takes the models {', '.join(needed)}" if needed else "takes no other model"
+            raise SmoothcertError(f"certifier {self.name!r} {takes}, not {', '.join(unknown)}")
         if missing:
             raise SmoothcertError(f"certifier {self.name!r} needs a model for "
                                   f"{', '.join(missing)} (--model ROLE=CKPT)")
+
+    def check_sources(self, sources: Mapping[str, Any], num_classes: int) -> None:
+        """Refuse the other models themselves (role → ``runs.inputs.ModelSource``, loaded) for a
+        run of ``num_classes`` classes, before any file is written (e.g. ACES: a selection model
+        must have 2 classes); :meth:`check_models` has accepted their roles."""
+        return None
 
     def checkpoint_roles(self, count: int) -> tuple[str, ...] | None:
         """The roles of the command line's checkpoints after the first when it gives ``count``

@@ -317,6 +317,7 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     cfg.build_certifier().check_models(frozenset(roles))  # run_dataset: a role it needs
     check_role_shapes(roles, data)
     certifier, noise, mine = _checked_run(cfg, source, data, shard, workers, progress)
+    certifier.check_sources(roles, source.num_classes)  # e.g. ACES: a 2-class selection
     path = shard_path(out, *shard) if out is not None else None
     cfg = _file_chunk(cfg, path)
     writer, done = _open(path, cfg, source, shard, len(data), data_files(data.dataset))
