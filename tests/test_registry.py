@@ -223,6 +223,11 @@ DEFAULT_OPTIONS = {  # the run identities' and configs' options before the idiom
     "sequential": {"radii": "auto", "test": "targeted-patient"},
     "data-dependent": {"num_steps": 100, "step_size": 0.0001, "num_samples": 1, "memory": True},
     "ablation": {"mode": "column", "size": 4, "keep": 45, "threshold": 0.2},
+    # Step 17: the cascade over σ (Jeong & Shin 2023) and ACES (Horváth et al. 2022)
+    "cascade": {"sigmas": "", "p0": 0.5, "alpha_split": "bonferroni",
+                "off_class": "clopper-pearson"},
+    "aces": {"selection": "checkpoint", "entropy_threshold": None, "alpha_split": 0.5,
+             "selection_n": None},
 }
 
 

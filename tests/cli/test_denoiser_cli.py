@@ -100,3 +100,22 @@ def test_without_diffusers_the_line_names_the_extra(files, tmp_path, capsys, mon
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "smoothcert[diffusion]" in err, err
     assert not out.exists()
+
+
+def test_a_cascade_denoises_each_level_at_its_sigma(files, tmp_path, monkeypatch):
+    """One diffusion denoiser serves every level of ``--certifier cascade``: level k's draws
+    go through it at σ_k's timestep (``with_sigma``); the identity keeps level 1's t*."""
+    from smoothcert.denoisers.diffusion import DiffusionDenoiser
+
+    seen, original = [], DiffusionDenoiser.with_sigma
+    monkeypatch.setattr(DiffusionDenoiser, "with_sigma",
+                        lambda self, sigma: seen.append(sigma) or original(self, sigma))
+    out = tmp_path / "r.tsv"
+    assert main(["certify", str(files["clf"]), "--denoiser", f"diffusers:{files['ddpm']}",
+                 "--n0", "10", "--n", "40", "--batch", "40", "--max", "2", "--sigma",
+                 "0.5,0.25", "--certifier", "cascade", "--no-progress", "--device", "cpu",
+                 "--out", str(out)]) == 0
+    records = read_records(out)
+    assert len(records) == 2 and seen == [0.25]
+    assert records.manifest["identity"]["options"]["sigmas"] == "0.5,0.25"
+    assert records.manifest["identity"]["timestep"] > 0

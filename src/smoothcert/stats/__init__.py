@@ -4,6 +4,9 @@
 * :mod:`.sequential_tests` — confidence bounds valid over all looks of a sequential test;
 * :mod:`.sequential_levels` — the grid of radii and the sequential procedure that certifies it;
 * :mod:`.margins` — the L-bound's margin bounds (Campbell et al.; Hoeffding / Bonferroni).
+* :mod:`.multinomial` — per-class upper bounds for a cascade's earlier levels (exact
+  Clopper–Pearson; the authors' Goodman intervals, for their numbers);
+* :mod:`.ablation` — the certificates of ablation smoothing on vote counts.
 """
 
 from .binomial import binomial_pvalue, clopper_pearson_lower
