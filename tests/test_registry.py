@@ -228,6 +228,8 @@ DEFAULT_OPTIONS = {  # the run identities' and configs' options before the idiom
                 "off_class": "clopper-pearson"},
     "aces": {"selection": "checkpoint", "entropy_threshold": None, "alpha_split": 0.5,
              "selection_n": None},
+    # Step 17: double sampling (Li et al. 2022)
+    "dsrs": {"th": "x", "q_share": 0.5, "alpha_split": 0.5, "search": "precise", "unit": 0.01},
 }
 
 
