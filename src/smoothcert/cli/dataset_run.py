@@ -78,9 +78,7 @@ def sigma_levels(args, certifier: str, options: dict) -> tuple[float | None, dic
     names for it (``Certifier.sigma_list_option``: a cascade's ``sigmas``), σ being its first;
     a certifier without one refuses a list in one line. Several checkpoints of a certifier that
     takes one per level (``checkpoint_roles``) become its other models by role."""
-    from ..runs import certifier_class
-
-    cls, sigma = certifier_class(certifier), args.sigma
+    cls, sigma = _certifier_class(certifier), args.sigma
     if isinstance(sigma, tuple):
         if cls.sigma_list_option is None:
             raise SmoothcertError(f"--sigma takes one value with --certifier {certifier}; a "
@@ -334,12 +332,20 @@ def consensus_arg(text: str):
     return k
 
 
+def _certifier_class(name: str):
+    """The class of certifier ``name``, an old spelling (``uniform``) read silently: the run
+    says its deprecation line once, when it upgrades the name."""
+    from ..runs import certifier_class
+    from ..upgrade import OLD_CERTIFIER_NAMES
+
+    return certifier_class(OLD_CERTIFIER_NAMES.get(name, (name,))[0])
+
+
 def _role_models(args, certifier: str, options: dict) -> dict:
     """The certifier's other models by role: each ``--model ROLE=CKPT``, and the checkpoints
     after the first where the certifier takes one per level (a cascade's); ``args.checkpoint``
     then keeps the first alone, the run's model."""
     from ..certifiers import build_certifier
-    from ..runs import certifier_class
 
     models = {}
     for item in getattr(args, "model", None) or []:  # paths as typed: no YAML reading
@@ -349,7 +355,7 @@ def _role_models(args, certifier: str, options: dict) -> dict:
         if role in models:
             raise SmoothcertError(f"--model {role} is given twice")
         models[role] = path
-    roles = build_certifier(certifier_class(certifier), options).checkpoint_roles(
+    roles = build_certifier(_certifier_class(certifier), options).checkpoint_roles(
         len(args.checkpoint))
     if roles is not None:
         for role, path in zip(roles, args.checkpoint[1:]):
