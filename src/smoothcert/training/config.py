@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
 import math
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,8 +37,9 @@ from ..methods import METHODS, build_method
 from ..models import MODELS
 from ..models.archs import EXTERNAL_ZOOS, check_arch_kwargs, model_role
 from ..noise.base import NOISES
-from ..registry import describe_options
 from ..upgrade import CONFIG_VERSION, VERSION_KEY, accepts_sigma_keywords, upgrade_config
+from .choices import arch_choices, dataset_choices, described, keyword_choices
+from .labels import check_label_fields
 from .optim import OPTIMIZERS, SCHEDULES
 from .sigma_modes import SIGMA_MODES, SigmaMode, build_sigma_mode
 
@@ -92,15 +91,19 @@ class TrainConfig:
     training split (:func:`smoothcert.data.datasets.balanced_subset`), the same for every run and
     seed, so
     that studies on a small machine can keep a schedule's epochs and shrink its cost.
+
+    ``label_records`` trains ACES' selection model instead (:mod:`smoothcert.training.labels`):
+    2 classes, on the training examples recorded in a certify file of the robust model, class 1
+    (robust) where ``label_rule`` holds at ``label_radius``; ``label_sha256`` fixes that file.
     """
 
     dataset: str = field(metadata=_doc(
         "the training set (its test split gives the log's noisy test accuracy)",
-        metavar="NAME", choices=lambda: _dataset_choices()))
+        metavar="NAME", choices=lambda: dataset_choices()))
     arch: str = field(metadata=_doc(
         "architecture of the model: a classifier, or the denoiser or diffusion model the method "
         "trains (--arch-param sets its keyword arguments)", metavar="NAME",
-        choices=lambda: _arch_choices()))
+        choices=lambda: arch_choices()))
     epochs: int = field(metadata=_doc("passes over the training set"))
     sigma: float | None = field(default=None, metadata=_doc(
         "noise level σ: the standard deviation of each noise coordinate, in pixel units of "
@@ -170,6 +173,23 @@ class TrainConfig:
     image_size: int | None = field(default=None, metadata=_doc(
         "side S of the square inputs of an image folder: Resize(S·8/7) + CenterCrop(S) for "
         "evaluation, RandomResizedCrop(S) + flip for training (default 224)", metavar="S"))
+    label_records: str | None = field(default=None, metadata=_doc(
+        "train ACES' 2-class selection model (class 1 robust, 0 core) on the training examples "
+        "that have a row in FILE, a record file of the robust model on --split train, labelled "
+        "by --label-rule at --label-radius (default: none, the dataset's labels)",
+        metavar="FILE"))
+    label_test_records: str | None = field(default=None, metadata=_doc(
+        "the robust model's record file of the test split, labelled by the same rule for the "
+        "log's test columns (default: none; those columns are then NaN)", metavar="FILE"))
+    label_radius: float = field(default=0.0, metadata=_doc(
+        "the radius r of --label-rule, in the records' radius unit", metavar="R"))
+    label_rule: str = field(default="correct", metadata=_doc(
+        "which rows of --label-records are class 1 (robust): correct (certified and correct "
+        "at r: predict != -1, correct, radius >= r) or certified (at r, right or wrong)",
+        metavar="RULE"))
+    label_sha256: str | None = field(default=None, metadata=_doc(
+        "the SHA-256 --label-records must have (default: the file's, recorded so that a run "
+        "resumed with another file is refused)", metavar="HEX"))
     def __post_init__(self):
         for name, value in _validated(self).items():
             object.__setattr__(self, name, value)
@@ -298,6 +318,7 @@ def _validated(c: TrainConfig) -> dict[str, Any]:
     mode = build_sigma_mode(values["sigma_mode"], **_check_mapping("sigma_mode_params",
                                                                     c.sigma_mode_params))
     _check_sigma_mode(values, mode, method)
+    values.update(check_label_fields(c, method))  # ACES' selection labels (labels.py)
     if method.uses_noise:
         _check_method_noise(method, values["noise"])
         NOISES[values["noise"]].check_sigma(values["sigma"])  # e.g. an exact sampler's bound
@@ -442,47 +463,3 @@ def _known_datasets():
 
 def _known_archs():
     return MODELS
-
-
-# --------------------------------------------------------------------------- choices
-def _summary(obj, width: int = 180) -> str:
-    """A one-line summary of ``obj`` for help texts: the first sentence of its docstring, without
-    paper titles (the summary keeps authors and venue; the docstring has the title) or markup,
-    cut after at most ``width`` characters ('' for no docstring)."""
-    text = " ".join((inspect.getdoc(obj) or "").split("\n\n")[0].split())
-    text = re.sub(r',? "[^"]*"', "", text).replace("``", "")
-    text = re.split(r"(?<!\bal)\. (?=[A-Z])", text)[0].rstrip(".")
-    if len(text) > width:
-        text = text[: width - 1].rsplit(" ", 1)[0] + ","
-    return text[:-1].rstrip() + " …" if text.endswith((",", ":", ";")) else text
-
-
-def described(registry: Mapping[str, Any]) -> dict[str, str]:
-    return {name: _summary(entry) for name, entry in registry.items()}
-
-
-def keyword_choices(registry: Mapping[str, type]) -> dict[str, str]:
-    """Each plug-in's summary, then one line per option (a method's hyperparameters, a σ mode's
-    parameters, a certifier's options): ``key (type, default D): doc``, read off its options
-    dataclass (:func:`~smoothcert.registry.describe_options`); the help lays them out as
-    continuation rows ("\t" starts one)."""
-    return {name: "\n\t".join([_summary(cls), *describe_options(cls.Options)])
-            for name, cls in registry.items()}
-
-
-def _dataset_choices() -> dict[str, str]:
-    return {name: _dataset_summary(spec) for name, spec in DATASETS.items()}
-
-
-def _dataset_summary(spec) -> str:
-    c, h, w = spec.input_shape
-    classes = f"{spec.num_classes} classes" if spec.num_classes else "classes from the folder"
-    if spec.streamed:
-        return f"{classes}, {c}×S×S inputs (--image-size, default {h}), image folder streamed " \
-               "from --data-root"
-    return f"{classes}, {c}×{h}×{w} inputs, held in memory"
-
-
-def _arch_choices() -> dict[str, str]:
-    zoos = {f"{zoo}:NAME": _summary(build) for zoo, build in EXTERNAL_ZOOS.items()}
-    return {**described(MODELS), **zoos}

@@ -38,6 +38,7 @@ from ..runs.inputs import default_workers
 from ..runs.progress import progress_meter
 from .config import TrainConfig
 from .distributed import World, merge_rows
+from .labels import evaluation_split, labelled_split, labels_meta
 from .optim import OPTIMIZERS, SCHEDULES
 from .sigma_modes import build_sigma_mode
 
@@ -68,8 +69,8 @@ class Trainer:
         self.world = world if world is not None else World(device=self.device)
         self.world.check_batch(config.batch_size)
         self.train_data = _training_split(config).to(self.device)
-        self.test_data = load_dataset(config.dataset, "test", config.data_root,
-                                      image_size=config.image_size).to(self.device)
+        test = evaluation_split(config)  # None: a selection model without test records
+        self.test_data = None if test is None else test.to(self.device)
         _check_same_classes(self.train_data, self.test_data)
         self.workers = default_workers(self.train_data) if workers is None else \
             check_count("workers", workers, minimum=0)
@@ -236,6 +237,8 @@ class Trainer:
         default ``test_acc``, the accuracy under one noise draw per test image, clean for a
         method without noise). The draws are the same every epoch (a generator re-seeded from
         the run seed), so the columns are comparable across epochs."""
+        if self.test_data is None:  # a selection model without test records: not measured
+            return nan_columns(self.method)
         gen = _generator(self.device, derived_seed(self.config.seed, _EVAL))
         return self.method.evaluate(self.model, self.test_data, self.noise, gen,
                                     self.config.batch_size)
@@ -278,7 +281,8 @@ class Trainer:
             role=self.method.trains,
             input_encoding=self.method.input_encoding,  # e.g. ablation's (x, 1 − x) layer
         )
-        return {**meta, "num_hparams": len(self.method.hparams())}
+        return {**meta, "num_hparams": len(self.method.hparams()),
+                **labels_meta(c, self.train_data)}  # a selection model's label provenance
 
     def train_state(self) -> dict[str, Any]:
         """Everything besides the weights that an exact resume needs. With K > 1 processes
@@ -332,7 +336,9 @@ class Trainer:
 
 def _training_split(config: TrainConfig) -> ImageDataset:
     """The examples the run trains on: the whole training split, or its fixed class-balanced
-    subset of ``config.train_size`` examples."""
+    subset of ``config.train_size`` examples; a selection model's labelled examples."""
+    if config.label_records is not None:
+        return labelled_split(config, "train")
     data = load_dataset(config.dataset, "train", config.data_root, image_size=config.image_size)
     if config.train_size is None:
         return data
@@ -342,7 +348,7 @@ def _training_split(config: TrainConfig) -> ImageDataset:
 def _check_same_classes(train, test) -> None:
     """An image folder's train/ and val/ must name the same classes in the same order."""
     a, b = getattr(train, "classes", None), getattr(test, "classes", None)
-    if a is not None and list(a) != list(b):
+    if a is not None and test is not None and list(a) != list(b):
         only = sorted(set(a) ^ set(b))[:5]
         raise SmoothcertError(f"the train and evaluation folders have different classes "
                               f"({len(a)} vs {len(b)}; only in one: {', '.join(only) or 'none'}); "
