@@ -107,7 +107,8 @@ def shrunk(words: list[str]) -> list[str]:
     for flag in APPENDED.get(out[0], ()):
         if flag not in out:
             out += [flag, SHRUNK[flag]]
-    out += ADDED.get(out[0], [])
+    # a run on a record file's examples takes no subset (train refuses --train-size there)
+    out += [] if "--label-records" in out else ADDED.get(out[0], [])
     if "--certifier" in words:
         out += ADDED_CERTIFIER.get(words[words.index("--certifier") + 1], [])
     return out
