@@ -100,3 +100,54 @@ def splice_block(doc: Path, name: str, text: str) -> bool:
         return False
     doc.write_text("".join(lines[:start + 1]) + text + "".join(lines[end:]), encoding="utf-8")
     return True
+
+
+def complete(path: Path, rows: int) -> bool:
+    """Whether the record file at ``path`` holds at least ``rows`` rows (its header aside)."""
+    return path.is_file() and sum(1 for _ in path.open()) > rows
+
+
+def report_blocks(out: Path, doc: Path, blocks: dict) -> None:
+    """``smoothcert report FILES FLAGS --into doc --block NAME`` for each NAME: (record file
+    names under ``out``/records, report flags) of ``blocks`` whose files all exist."""
+    for block, (names, flags) in blocks.items():
+        files = [str(out / "records" / f"{name}.tsv") for name in names]
+        if all(Path(f).is_file() for f in files):
+            print(call([*SMOOTHCERT, "report", *files, *flags, "--into", str(doc),
+                        "--block", block], capture=True), end="")
+
+
+def write_verdicts(out: Path, doc: Path, verdicts) -> None:
+    """The paired intervals of ``verdicts`` — (README block, norm or None, first, second,
+    radii) — one table per block, where both record files exist."""
+    rows: dict[str, list[str]] = {}
+    for block, norm, first, second, radii in verdicts:
+        a, b = (out / "records" / f"{n}.tsv" for n in (first, second))
+        if a.is_file() and b.is_file():
+            rows.setdefault(block, []).append(verdict_row(a, b, norm, radii))
+    for block, lines in rows.items():
+        head = ("| second − first | images | ACR | certified accuracy at r |\n"
+                "| --- | ---: | --- | --- |\n")
+        splice_block(doc, block, head + "".join(lines))
+
+
+def verdict_row(first: Path, second: Path, norm, radii) -> str:
+    """One row: the ACR and certified-accuracy differences (second − first, radii in ``norm``;
+    None: each file's own) with 95% paired bootstrap intervals (RESAMPLES resamples, seed SEED)
+    and the verdict each interval gives."""
+    from smoothcert.evaluation.intervals import (
+        acr_difference,
+        certified_accuracy_difference,
+        verdict,
+    )
+    from smoothcert.evaluation.norms import in_norm
+    from smoothcert.runs.records import read_records
+
+    a, b = (in_norm(read_records(path), norm) for path in (first, second))
+    options = {"resamples": RESAMPLES, "seed": SEED}
+    acr = acr_difference(a, b, **options)
+    cells = [f"r={r:g}: {interval_cell(i)} {verdict(i)}" for r, i in
+             ((r, certified_accuracy_difference(a, b, r, **options)) for r in radii)]
+    return (f"| {second.stem} − {first.stem} | {acr.count} | {interval_cell(acr)} "
+            f"{verdict(acr)} | {'; '.join(cells)} |\n")
+

@@ -29,12 +29,15 @@ from driver import (  # noqa: E402
     SEED,
     SMOOTHCERT,
     call,
+    complete,
     data_flags,
     interval_cell,
     output_folder,
     parser,
     readme,
+    report_blocks,
     splice_block,
+    write_verdicts,
 )
 
 NOISE_CERTIFY = ["--n0", "100", "--n", "10000", "--alpha", "0.001", "--batch", "2000"]
@@ -83,10 +86,6 @@ BEST_SIGMA = [("verdict_l1_best_sigma", "laplace", "uniform", [0.5, 1.0, 1.5, 2.
 SIGMAS = ("050", "100")
 
 
-def complete(path: Path, rows: int) -> bool:
-    return path.is_file() and sum(1 for _ in path.open()) > rows
-
-
 def main(argv=None) -> int:
     p = parser(__doc__, "threat-models", "records and README.md")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
@@ -98,12 +97,8 @@ def main(argv=None) -> int:
     doc = readme(out, HERE)
     for name in args.only or RUNS:
         train_and_certify(name, out, work, args)
-    for block, (names, flags) in BLOCKS.items():
-        files = [str(out / "records" / f"{name}.tsv") for name in names]
-        if all(Path(f).is_file() for f in files):
-            print(call([*SMOOTHCERT, "report", *files, *flags, "--into", str(doc),
-                        "--block", block], capture=True), end="")
-    write_verdicts(out, doc)
+    report_blocks(out, doc, BLOCKS)
+    write_verdicts(out, doc, VERDICTS)
     write_best_sigma_verdicts(out, doc)
     return 0
 
@@ -126,19 +121,6 @@ def train_and_certify(name: str, out: Path, work: Path, args) -> None:
     log = out / "records" / f"{name}.train_log.tsv"
     if not log.exists():
         log.write_bytes((run / "log.tsv").read_bytes())
-
-
-def write_verdicts(out: Path, doc: Path) -> None:
-    """The paired intervals of VERDICTS, one table per README block, where both files exist."""
-    rows: dict[str, list[str]] = {}
-    for block, norm, first, second, radii in VERDICTS:
-        a, b = (out / "records" / f"{n}.tsv" for n in (first, second))
-        if a.is_file() and b.is_file():
-            rows.setdefault(block, []).append(verdict_row(a, b, norm, radii))
-    for block, lines in rows.items():
-        head = ("| second − first | images | ACR | certified accuracy at r |\n"
-                "| --- | ---: | --- | --- |\n")
-        splice_block(doc, block, head + "".join(lines))
 
 
 def write_best_sigma_verdicts(out: Path, doc: Path) -> None:
@@ -169,26 +151,6 @@ def write_best_sigma_verdicts(out: Path, doc: Path) -> None:
         head = ("| ℓ1 radius | second − first (each at its best σ there) | images | "
                 "certified accuracy |\n| ---: | --- | ---: | --- |\n")
         splice_block(doc, block, head + "".join(lines))
-
-
-def verdict_row(first: Path, second: Path, norm, radii) -> str:
-    """One row: the ACR and certified-accuracy differences (second − first) with 95% paired
-    bootstrap intervals (RESAMPLES resamples, seed SEED) and the verdict each interval gives."""
-    from smoothcert.evaluation.intervals import (
-        acr_difference,
-        certified_accuracy_difference,
-        verdict,
-    )
-    from smoothcert.evaluation.norms import in_norm
-    from smoothcert.runs.records import read_records
-
-    a, b = (in_norm(read_records(path), norm) for path in (first, second))
-    options = {"resamples": RESAMPLES, "seed": SEED}
-    acr = acr_difference(a, b, **options)
-    cells = [f"r={r:g}: {interval_cell(i)} {verdict(i)}" for r, i in
-             ((r, certified_accuracy_difference(a, b, r, **options)) for r in radii)]
-    return (f"| {second.stem} − {first.stem} | {acr.count} | {interval_cell(acr)} "
-            f"{verdict(acr)} | {'; '.join(cells)} |\n")
 
 
 if __name__ == "__main__":
