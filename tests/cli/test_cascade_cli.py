@@ -45,6 +45,6 @@ def test_one_checkpoint_per_level(checkpoints, tmp_path):
     identity = records.manifest["identity"]
     assert identity["options"]["sigmas"] == "0.5,0.25" and identity["sigma"] == 0.5
     assert list(identity["models"]) == ["level2"]
-    assert len(records) == 2 and records.columns_order[-5:] == (
-        "level", "sigma_level", "radius_neg", "predict_clean", "seed")
+    assert len(records) == 2 and records.columns_order[-6:] == (
+        "level", "sigma_level", "radius_neg", "predict_clean", "levels_drawn", "seed")
 

@@ -6,6 +6,7 @@ of 0 passes (it cannot sit on a log axis) instead of plotting it with a matplotl
 import warnings
 
 import pytest
+import torch
 
 from conftest import write_checkpoint
 from smoothcert.data.datasets import load_dataset
@@ -82,3 +83,53 @@ def test_cost_plot_refuses_a_file_of_zero_passes_without_a_warning(tmp_path, dig
         assert not image.exists()
         plot_cost_frontier([read_records(good)], image, 0.25)
     assert image.stat().st_size > 0
+
+
+class Counting(torch.nn.Module):
+    """A halfspace on 1×4×4 inputs that counts the rows it is called on (every forward pass of
+    every model of a run, noisy or clean), the oracle of ``report --cost``."""
+
+    def __init__(self, shift: float = 0.0):
+        super().__init__()
+        w = torch.zeros(16)
+        w[0] = 1.0
+        self.register_buffer("w", w)
+        self.shift, self.rows, self.num_classes = shift, 0, 2
+
+    def forward(self, x):
+        self.rows += x.shape[0]
+        z = x.flatten(1) @ self.w - 0.2 - self.shift
+        return torch.stack([-z, z], dim=1)
+
+
+# certifier, options, other models' roles: their passes vary per example (Q draws, levels
+# reached, the selection's draws), so the file's count is checked against every model's rows
+COMPOSED = [
+    ("dsrs", {}, ()),
+    ("cascade", {"sigmas": "0.5,0.25"}, ("level2",)),
+    ("aces", {"selection": "entropy", "entropy_threshold": 0.5}, ("core",)),
+]
+
+
+@pytest.mark.parametrize(("name", "options", "roles"), COMPOSED)
+def test_a_certifiers_own_count_is_every_row_its_models_saw(name, options, roles, tmp_path):
+    xs = torch.zeros(6, 1, 4, 4)
+    xs[:, 0, 0, 0] = torch.tensor([0.0, 0.05, 0.19, 0.22, 0.5, 0.9])  # answers and abstentions
+    data = torch.utils.data.TensorDataset(xs, (xs[:, 0, 0, 0] > 0.2).long())
+    model, others = Counting(), {role: Counting(0.01 * k) for k, role in enumerate(roles, 1)}
+    certify_dataset(model, data, sigma=0.5, n0=N0, n=4 * N, alpha=0.01, batch=64,
+                    certifier=name, options=options, models=others or None,
+                    out=tmp_path / "r.tsv")
+    records = read_records(tmp_path / "r.tsv")
+    seen = model.rows + sum(m.rows for m in others.values())
+    assert forward_passes(records).sum() == seen
+
+
+def test_a_cascade_file_without_levels_drawn_cannot_say_its_cost(tmp_path):
+    data = torch.utils.data.TensorDataset(torch.zeros(2, 1, 4, 4), torch.zeros(2).long())
+    certify_dataset(Counting(), data, sigma=0.5, n0=N0, n=N, certifier="cascade",
+                    out=tmp_path / "r.tsv")
+    records = read_records(tmp_path / "r.tsv")
+    assert forward_passes(records) is not None
+    del records.data["levels_drawn"]  # as a file of the cascade's first version
+    assert forward_passes(records) is None

@@ -56,8 +56,8 @@ radii of that noise. Columns: CERTIFY's (``p_lower``, ``nA``, ``n0``, ``n`` the 
 ``alpha`` the total α), the radius in every norm converted from the L2 ball, then ``selected``
 (1 robust, 0 core, −1 the selection abstained), ``selection_p_lower``, ``selection_radius``
 (R_s of ĉ_s), ``robust_predict``, ``robust_radius``, ``core_predict``. ``report --cost``
-counts the robust model's n0 + n draws and the core model's clean pass
-(:meth:`Aces.clean_passes`), not the selection's n0 + ``selection_n`` draws.
+counts the robust model's n0 + n draws, the selection's n0 + ``selection_n`` and the core
+model's clean pass (:meth:`Aces.row_passes`).
 """
 
 from __future__ import annotations
@@ -257,7 +257,14 @@ class Aces(Certifier):
                                   f"(run's) model {num_classes}")
 
     def clean_passes(self) -> int:
-        return 1  # the core model's clean prediction (the selection's draws are not counted)
+        return 1  # the core model's clean prediction
+
+    def row_passes(self, records):
+        """The robust model's n0 + n and the core model's clean pass, plus the selection's
+        n0 + selection_n draws (the robust model's again under ``selection=entropy``)."""
+        n0, n = (np.asarray(records[c], dtype=np.float64) for c in ("n0", "n"))
+        selection = self.selection_n if self.selection_n is not None else n
+        return super().row_passes(records) + n0 + selection
 
     def start(self, run):
         self.check_models(frozenset(run.models))

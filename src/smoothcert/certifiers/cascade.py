@@ -235,6 +235,8 @@ CASCADE_RULES = {
     "sigma_level": distance("sigma_level"),
     "radius_neg": Column("float", "radius_neg is a finite number (-100: no earlier level)"),
     "predict_clean": prediction("predict_clean"),
+    "levels_drawn": Column("int", "levels_drawn is the levels whose n0 + n draws were made, "
+                                  "an integer >= 1", low=1),
 }
 
 
@@ -246,7 +248,7 @@ class Cascade(Certifier):
     other levels are ``sigmas`` (``--sigma 1.0,0.5,0.25`` on the command line)."""
 
     columns = CERTIFY_COLUMNS[:-1] + ("level", "sigma_level", "radius_neg", "predict_clean",
-                                      "seed")
+                                      "levels_drawn", "seed")
     column_rules = CASCADE_RULES
     relations = (
         Relation(("level", "predict"), lambda lv, p: (lv == 0) != (p == -1),
@@ -316,6 +318,15 @@ class Cascade(Certifier):
     def clean_passes(self) -> int:
         return 1  # predict_clean: at most one forward on the clean input
 
+    def row_passes(self, records):
+        """levels_drawn·(n0 + n), plus the clean forward of ``predict_clean`` where the cascade
+        abstained; None for a file from before the ``levels_drawn`` column."""
+        if "levels_drawn" not in records:
+            return None
+        per_level = np.asarray(records["n0"], dtype=np.float64) + records["n"]
+        clean = np.asarray(records["predict"]) == -1
+        return np.asarray(records["levels_drawn"], dtype=np.float64) * per_level + clean
+
     def start(self, run):
         """The levels' noises and models, built once per run."""
         sigmas = self.level_sigmas(run.config.sigma)
@@ -345,7 +356,7 @@ class Cascade(Certifier):
                 "p_lower": c.p_lower, "nA": c.count, "n0": cfg.n0, "n": cfg.n,
                 "alpha": cfg.alpha, "sigma": cfg.sigma, **radius_columns(radii),
                 "level": c.level, "sigma_level": c.sigma, "radius_neg": c.radius_neg,
-                "predict_clean": clean}
+                "predict_clean": clean, "levels_drawn": len(drawn)}
 
     def _clean(self, run, x) -> int:
         """The last level's model's argmax on the clean input."""

@@ -22,6 +22,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from ..errors import SmoothcertError
@@ -99,6 +100,19 @@ class Certifier(Configurable, abc.ABC):
         draws (a clean prediction: 1); what ``report --cost`` adds for a model that does not
         meter its passes (an ensemble's ``member_passes`` meter them all)."""
         return 0
+
+    def row_passes(self, records) -> np.ndarray | None:
+        """Forward passes of the base classifier per row of a record file of this certifier
+        (``records``: column name → values, as ``runs.records.Records``): n0 + n (the selection
+        and estimation draws; a sequential file's n is the draws it used) plus
+        :meth:`clean_passes`; None without an ``n`` column and a clean pass (Cohen et al.'s
+        files keep only the radius). A certifier whose draws are not n0 + n counts its own
+        (DSRS's Q draws, a cascade's levels, ACES' selection); None where its file cannot say."""
+        clean = self.clean_passes()
+        if "n" not in records:
+            return np.full(len(records), float(clean)) if clean else None
+        n0 = np.asarray(records["n0"], dtype=np.float64) if "n0" in records else 0.0
+        return np.asarray(records["n"], dtype=np.float64) + n0 + clean
 
     def radius_norm(self) -> str | None:
         """What this certifier's ``radius`` column measures, when it is not a ball of the run's

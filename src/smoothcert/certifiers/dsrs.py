@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 from scipy.special import ndtri
 
 from ..errors import SmoothcertError
@@ -122,6 +123,10 @@ class DSRS(Certifier):
     )
     needs_n0 = True
     noises = ("gaussian",)
+
+    def row_passes(self, records):
+        """n0 + n (under P) + nq (the draws under Q; 0 where it abstained before them)."""
+        return super().row_passes(records) + np.asarray(records["nq"], dtype=np.float64)
 
     def check(self, config):
         """A note when the P share of ``n`` cannot certify any input (p_lower ≤ ½ at n_P of

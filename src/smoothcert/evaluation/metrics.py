@@ -161,21 +161,18 @@ def forward_passes(records: Records) -> np.ndarray | None:
     members' passes: the ``member_passes`` column the run measured (votes, soft scores and
     clean forwards), or, in a file written before that column, the passes of one model below
     times the members (None with a K-consensus of K below the members, whose skips were not
-    recorded). Any other file: n0 + n (the selection and the estimation draws; a sequential
-    file's n is the draws it used) plus the clean passes of its certifier
-    (``Certifier.clean_passes``: deterministic's clean prediction, lbound-heuristic's one pass).
-    Not counted: a data-dependent file's σ-optimization steps, a denoiser's passes. None
-    without an ``n`` column and a clean pass (Cohen et al.'s files keep only the radius)."""
+    recorded). Any other file: its certifier's count (``Certifier.row_passes``: n0 + n, the
+    selection and the estimation draws, plus its clean passes, ``Certifier.clean_passes``;
+    DSRS adds its Q draws, ACES its selection's, a cascade counts the levels it drew; CERTIFY's
+    for a file without a manifest). Not counted: a data-dependent file's σ-optimization steps,
+    a denoiser's passes. None where the file cannot say (Cohen et al.'s files keep only the
+    radius; a cascade file from before its ``levels_drawn`` column)."""
     if "member_passes" in records:
         return np.asarray(records["member_passes"], dtype=np.float64)
     identity = (records.manifest or {}).get("identity") or {}
-    clean = _clean_passes(identity)
-    if "n" not in records:
-        return np.full(len(records), float(clean)) if clean else None
-    n = np.asarray(records["n"], dtype=np.float64)
-    draws = n + clean + (np.asarray(records["n0"], dtype=np.float64) if "n0" in records else 0.0)
+    draws = _certifier(identity).row_passes(records)
     ensemble = identity.get("ensemble")
-    if not isinstance(ensemble, dict):
+    if draws is None or not isinstance(ensemble, dict):
         return draws
     members = len(ensemble.get("members") or ())
     if ensemble.get("consensus") not in (None, members):  # K = M skips nothing
@@ -183,16 +180,14 @@ def forward_passes(records: Records) -> np.ndarray | None:
     return draws * members
 
 
-def _clean_passes(identity: dict) -> int:
-    """The clean forward passes per example of the identity's certifier with its options (0
-    without a manifest: Cohen et al.'s files)."""
+def _certifier(identity: dict):
+    """The identity's certifier with its options (CERTIFY without a manifest: Cohen et al.'s
+    files)."""
     from ..certifiers import CERTIFIERS
     from ..certifiers.certifier import build_certifier
 
-    name = identity.get("certifier")
-    if name is None:
-        return 0
-    return build_certifier(CERTIFIERS[name], identity.get("options") or {}).clean_passes()
+    name = identity.get("certifier") or "certify"
+    return build_certifier(CERTIFIERS[name], identity.get("options") or {})
 
 
 # --------------------------------------------------------------------------- two files compared

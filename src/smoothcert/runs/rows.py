@@ -20,10 +20,10 @@ from ..rng import example_generator
 from ..smoothing.smoothed import InputRangeWarning, outside_unit_range, unit_range_message
 from .records import Records
 
-LATER_COLUMNS = ("member_passes", *RADIUS_COLUMNS)
+LATER_COLUMNS = ("member_passes", *RADIUS_COLUMNS, "levels_drawn")
 """Columns a program's row holds that a file may lack: ``member_passes`` (one model, or a file
-from before it) and the radius in every norm (a file from before Step 16, resumed: it goes on
-in its own header)."""
+from before it), the radius in every norm (a file from before Step 16, resumed: it goes on
+in its own header) and a cascade's ``levels_drawn`` (a file of its first version)."""
 
 
 def written(writer, bar, rows) -> list[dict]:
