@@ -21,8 +21,9 @@ def test_quick_run_writes_every_table_and_verdict(tmp_path):
            *(["--data-root", DATA] if Path(DATA).is_dir() else [])]
     subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
     doc = (tmp_path / "README.md").read_text()
-    for name, files in (("dsrs", 8), ("cascade", 4), ("aces", 3), ("cost", 11)):
+    for name, files in (("dsrs", 8), ("cascade", 4), ("aces", 4), ("cost", 12)):
         rows = block(doc, name)[2:]
         assert len(rows) == files and all(" | 3 | " in row for row in rows), (name, rows)
     assert len(block(doc, "verdict_dsrs")[2:]) == 4
     assert len(block(doc, "verdict_cascade")[2:]) == 8
+    assert len(block(doc, "verdict_aces")[2:]) == 3
