@@ -151,3 +151,10 @@ def verdict_row(first: Path, second: Path, norm, radii) -> str:
     return (f"| {second.stem} − {first.stem} | {acr.count} | {interval_cell(acr)} "
             f"{verdict(acr)} | {'; '.join(cells)} |\n")
 
+
+def generated_block(doc: str, name: str) -> list[str]:
+    """The lines between ``<!-- report:NAME -->`` and its end marker in the README text
+    ``doc`` (what a driver's smoke test reads back)."""
+    inside = doc.split(f"<!-- report:{name} -->\n")[1]
+    return inside.split(f"<!-- /report:{name} -->")[0].splitlines()
+

@@ -8,12 +8,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # studies/driver.py
+from driver import generated_block as block  # noqa: E402
+
 DATA = "/usr/share/datasets/fashion-mnist"
-
-
-def block(doc: str, name: str) -> list[str]:
-    inside = doc.split(f"<!-- report:{name} -->\n")[1]
-    return inside.split(f"<!-- /report:{name} -->")[0].splitlines()
 
 
 def test_quick_run_writes_every_table_and_verdict(tmp_path):
