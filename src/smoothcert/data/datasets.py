@@ -36,7 +36,9 @@ HASHED_FILE_BYTES = 64 << 20
 
 @dataclass(frozen=True)
 class ImageDataset:
-    """A whole split in memory: ``images`` (N, C, H, W) uint8, ``labels`` (N,) int64.
+    """A whole split in memory: ``images`` (N, C, H, W) uint8 and ``labels`` as its spec's task
+    has them (:data:`~smoothcert.data.registry.TASKS`): (N,) int64 classes, (N, H, W) int64
+    pixel classes, or (N, D) float32 outputs.
 
     Pixels are ``images.float() * scale`` and lie in [0, 1]. All tensors live on one device;
     :meth:`batch` and :meth:`example` return tensors on it.
@@ -56,11 +58,11 @@ class ImageDataset:
                 f"{self.spec.name} images must be a uint8 (N, C, H, W) tensor, got "
                 f"{self.images.dtype} of shape {tuple(self.images.shape)}"
             )
-        if self.labels.dtype != torch.int64 or self.labels.shape != self.images.shape[:1]:
+        dtype, shape = label_layout(self.spec, self.images.shape)
+        if self.labels.dtype != dtype or tuple(self.labels.shape) != shape:
             raise SmoothcertError(
-                f"{self.spec.name} labels must be an int64 tensor of shape "
-                f"({self.images.shape[0]},), got {self.labels.dtype} {tuple(self.labels.shape)}"
-            )
+                f"{self.spec.name} labels must be a {dtype} tensor of shape {shape}, got "
+                f"{self.labels.dtype} {tuple(self.labels.shape)}")
 
     def __len__(self) -> int:
         return self.images.shape[0]
@@ -106,10 +108,11 @@ class ImageDataset:
         images, labels = self.images[indices], self.labels[indices]
         return dataclasses.replace(self, images=images, labels=labels)
 
-    def example(self, idx: int) -> tuple[torch.Tensor, int]:
-        """Example ``idx``: pixels (C, H, W) float32 in [0, 1] and its label."""
+    def example(self, idx: int) -> tuple[torch.Tensor, int | torch.Tensor]:
+        """Example ``idx``: pixels (C, H, W) float32 in [0, 1] and its label (an int; for a
+        segmentation or regression set its (H, W) or (D,) tensor)."""
         x, y = self.batch(torch.tensor([idx], dtype=torch.long))
-        return x[0], int(y[0])
+        return x[0], int(y[0]) if self.spec.task == "classification" else y[0]
 
     def data_files(self) -> dict:
         """``{"files": [...]}``: each file read, see :func:`describe_files`."""
@@ -195,12 +198,25 @@ def load_dataset(
     return ImageDataset(spec, split, images, labels, float(scale), files)
 
 
+def label_layout(spec: DatasetSpec, images_shape) -> tuple[torch.dtype, tuple]:
+    """The dtype and shape of the labels of ``images_shape`` (N, C, H, W) images by the task."""
+    n, _, h, w = images_shape
+    return {"classification": (torch.int64, (n,)), "segmentation": (torch.int64, (n, h, w)),
+            "regression": (torch.float32, (n, spec.num_classes))}[spec.task]
+
+
 def _check_loaded(spec: DatasetSpec, images: torch.Tensor, labels: torch.Tensor) -> None:
     if tuple(images.shape[1:]) != spec.input_shape:
         raise SmoothcertError(
             f"{spec.name} images have shape {tuple(images.shape[1:])}, expected "
             f"{spec.input_shape}; check that --data-root holds {spec.name} files"
         )
+    if spec.task == "regression":
+        if not bool(torch.isfinite(labels).all()):
+            raise SmoothcertError(f"{spec.name} targets must be finite numbers")
+        return
+    if spec.task == "segmentation" and spec.ignore_index is not None:
+        labels = labels[labels != spec.ignore_index]
     if len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < spec.num_classes:
         raise SmoothcertError(
             f"{spec.name} labels must lie in 0..{spec.num_classes - 1}; "

@@ -18,6 +18,14 @@ import torch
 from ..registry import Registry
 
 SPLITS = ("train", "test")
+TASKS = ("classification", "segmentation", "regression")
+"""What a dataset's labels are, and so which models, losses and certifiers fit it:
+
+* classification: one class per image, labels (N,) int64;
+* segmentation: one class per pixel, labels (N, H, W) int64 in [0, num_classes) or the
+  dataset's ``ignore_index`` (unlabelled pixels, left out of losses and metrics);
+* regression: ``num_classes`` real outputs per image (a box: 4), labels (N, D) float32.
+"""
 
 # (images uint8 (N, C, H, W), labels int64 (N,), scale[, files read]) from (split, data_root,
 # download); the optional fourth item lists the paths read, for run manifests (data_files).
@@ -46,6 +54,12 @@ class DatasetSpec:
     # image_size)`` scans the folder and returns a FolderDataset; ``loader`` is then None and
     # ``num_classes`` 0 when the folder decides it.
     opener: Callable | None = None
+    task: str = "classification"  # one of TASKS
+    ignore_index: int | None = None  # segmentation: the label of unlabelled pixels
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"dataset task {self.task!r} is not one of {TASKS}")
 
     @property
     def streamed(self) -> bool:
@@ -64,12 +78,16 @@ def register_dataset(
     mean: tuple[float, ...],
     std: tuple[float, ...],
     augmentation: str = "none",
+    task: str = "classification",
+    ignore_index: int | None = None,
 ) -> Callable[[Loader], Loader]:
-    """Decorator: register ``loader`` under ``name`` with the dataset's fixed properties."""
+    """Decorator: register ``loader`` under ``name`` with the dataset's fixed properties
+    (``task``: one of :data:`TASKS`; for a regression set ``num_classes`` is its outputs)."""
 
     def wrap(loader: Loader) -> Loader:
         spec = (name, num_classes, tuple(input_shape), tuple(mean), tuple(std), augmentation)
-        DATASETS.register(name)(DatasetSpec(*spec, loader))
+        DATASETS.register(name)(DatasetSpec(*spec, loader, task=task,
+                                            ignore_index=ignore_index))
         return loader
 
     return wrap
@@ -77,10 +95,11 @@ def register_dataset(
 
 def register_folder_dataset(name: str, *, num_classes: int, image_size: int,
                             mean: tuple[float, ...], std: tuple[float, ...],
-                            opener: Callable) -> None:
+                            opener: Callable, task: str = "classification",
+                            ignore_index: int | None = None) -> None:
     """Register a streamed image-folder dataset (RGB, ``image_size`` square by default)."""
     spec = DatasetSpec(name, num_classes, (3, image_size, image_size), tuple(mean), tuple(std),
-                       "none", None, opener)
+                       "none", None, opener, task=task, ignore_index=ignore_index)
     DATASETS.register(name)(spec)
 
 

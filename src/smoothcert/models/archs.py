@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
+from ..data.registry import TASKS
 from ..errors import SmoothcertError, check_count
 from ..registry import NoOptions, Registry, option, option_values, parse_options
 from .encodings import ENCODINGS
@@ -47,17 +48,22 @@ ROLES = ("classifier", "denoiser", "diffusion")
 
 
 def register_model(name: str, role: str = "classifier", params: type = NoOptions,
-                   channels: int | None = None):
+                   channels: int | None = None, task: str = "classification"):
     """Decorator: register a model factory under ``name`` with its ``role`` (one of
     :data:`ROLES`), its arch parameters ``params`` (a frozen dataclass of
     :func:`~smoothcert.registry.option` fields; ``--arch-param KEY=VALUE``), which the factory
-    takes as keyword arguments, and the number of input ``channels`` it is fixed at (None: it
-    takes any). All are kept on the factory (``.role``, ``.Options``, ``.channels``)."""
+    takes as keyword arguments, the number of input ``channels`` it is fixed at (None: it
+    takes any) and the ``task`` its outputs serve (:data:`~smoothcert.data.registry.TASKS`:
+    logits (B, K), per-pixel logits (B, K, H, W), or D real outputs (B, D)). All are kept on
+    the factory (``.role``, ``.Options``, ``.channels``, ``.task``)."""
     if role not in ROLES:
         raise ValueError(f"model role {role!r} is not one of {ROLES}")
+    if task not in TASKS:
+        raise ValueError(f"model task {task!r} is not one of {TASKS}")
 
     def add(factory):
         factory.role, factory.Options, factory.channels = role, params, channels
+        factory.task = task
         return MODELS.register(name)(factory)
 
     return add
@@ -72,6 +78,19 @@ def model_role(arch: str) -> str:
     """The role of ``arch``: "classifier", "denoiser" or "diffusion" (torchvision:/timm: models
     are classifiers); an unknown name raises the registry's error listing the known ones."""
     return "classifier" if _external(arch) else MODELS[arch].role
+
+
+SEGMENTATION_ZOO_PREFIXES = ("fcn_", "deeplabv3_", "lraspp_")  # torchvision's segmenters
+
+
+def model_task(arch: str) -> str:
+    """The task of ``arch``'s outputs (:data:`~smoothcert.data.registry.TASKS`): a registered
+    arch's own; torchvision's segmentation models segment, other zoo models classify."""
+    if _external(arch):
+        source, _, name = arch.partition(":")
+        segments = source == "torchvision" and name.startswith(SEGMENTATION_ZOO_PREFIXES)
+        return "segmentation" if segments else "classification"
+    return MODELS[arch].task
 
 
 def input_channels(arch: str) -> int | None:
@@ -158,6 +177,7 @@ def build_model(
         model = nn.Sequential(*layers)
         model.num_classes = int(num_classes)
     model.input_shape, model.role, model.input_encoding = shape, role, input_encoding
+    model.task = model_task(arch) if role == "classifier" else None
     return model
 
 

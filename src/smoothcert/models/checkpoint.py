@@ -35,10 +35,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..data.registry import TASKS
 from ..errors import SmoothcertError
 from ..io import atomic_write
 from ..upgrade import CHECKPOINT_VERSION, VERSION_KEY, upgrade_checkpoint
-from .archs import ROLES, build_model, model_role
+from .archs import ROLES, build_model, model_role, model_task
 from .encodings import ENCODINGS
 
 FORMAT = "smoothcert-checkpoint"
@@ -286,6 +287,8 @@ _META_RULES = {
     "classes": (lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v),
                 "a list of class names"),
     "role": (lambda v: v in ROLES, f"one of {', '.join(ROLES)}"),
+    # absent (every checkpoint before Step 18, every classifier): "classification"
+    "task": (lambda v: v in TASKS, f"one of {', '.join(TASKS)}"),
     # absent (every checkpoint before ablation smoothing) is None: a plain classifier
     "input_encoding": (lambda v: v is None or (isinstance(v, str) and v in ENCODINGS),
                        f"none or an input encoding ({', '.join(ENCODINGS)})"),
@@ -370,6 +373,13 @@ def model_from_loaded(ckpt: Checkpoint, where, device="cpu") -> tuple[nn.Module,
     return model.to(device).eval(), meta
 
 
+def checkpoint_task(meta: dict) -> str:
+    """The task of a checkpoint's model (:data:`~smoothcert.data.registry.TASKS`):
+    ``meta["task"]``, "classification" when absent (every classifier, every checkpoint written
+    before segmentation and regression)."""
+    return meta.get("task", "classification")
+
+
 def checkpoint_role(meta: dict) -> str:
     """The role of the model a checkpoint holds: ``meta["role"]``, "classifier" when absent
     (every checkpoint written before denoisers)."""
@@ -382,6 +392,10 @@ def _check_role(meta: dict, path) -> None:
         raise SmoothcertError(
             f"checkpoint {path} says role {role!r} but arch {meta['arch']!r} is a "
             f"{model_role(meta['arch'])}; the checkpoint is corrupt or its meta is wrong")
+    if role == "classifier" and checkpoint_task(meta) != model_task(meta["arch"]):
+        raise SmoothcertError(
+            f"checkpoint {path} says task {checkpoint_task(meta)!r} but arch {meta['arch']!r} "
+            f"serves {model_task(meta['arch'])}; the checkpoint is corrupt or its meta is wrong")
 
 
 def checkpoint_meta(
@@ -400,6 +414,7 @@ def checkpoint_meta(
     classes: list[str] | None = None,
     role: str = "classifier",
     input_encoding: str | None = None,
+    task: str = "classification",
 ) -> dict:
     """A complete ``meta`` dict in plain types, with :func:`versions` filled in.
 
@@ -407,20 +422,10 @@ def checkpoint_meta(
     constructor arguments), ``classes`` (the class names, in label order, of an image-folder
     dataset), ``role`` (the model's role, :data:`smoothcert.models.archs.ROLES`, when it is
     not "classifier") and ``input_encoding`` (the model's first layer, e.g. "ablation", when it
-    has one) are stored only when given, so the meta of other checkpoints is unchanged.
+    has one) and ``task`` (segmentation or regression) are stored only when given, so the
+    meta of other checkpoints is unchanged.
     """
-    if role not in ROLES:
-        raise SmoothcertError(f"unknown model role {role!r}; known: {', '.join(ROLES)}")
-    extra = {"arch_kwargs": dict(arch_kwargs)} if arch_kwargs else {}
-    if classes is not None:
-        extra["classes"] = [str(c) for c in classes]
-    if role != "classifier":
-        extra["role"] = role
-    if input_encoding is not None:
-        if input_encoding not in ENCODINGS:
-            raise SmoothcertError(f"unknown input encoding {input_encoding!r}; known: "
-                                  f"{', '.join(ENCODINGS)}")
-        extra["input_encoding"] = str(input_encoding)
+    extra = _optional_meta(arch_kwargs, classes, role, input_encoding, task)
     return {**extra,
         "arch": arch,
         "dataset": dataset,
@@ -434,3 +439,24 @@ def checkpoint_meta(
         "versions": versions(),
         "config": dict(config),
     }
+
+
+def _optional_meta(arch_kwargs, classes, role: str, input_encoding, task: str) -> dict:
+    """The meta fields stored only where they differ from a plain classifier's."""
+    if role not in ROLES:
+        raise SmoothcertError(f"unknown model role {role!r}; known: {', '.join(ROLES)}")
+    extra = {"arch_kwargs": dict(arch_kwargs)} if arch_kwargs else {}
+    if classes is not None:
+        extra["classes"] = [str(c) for c in classes]
+    if role != "classifier":
+        extra["role"] = role
+    if task != "classification":
+        if task not in TASKS:
+            raise SmoothcertError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
+        extra["task"] = task
+    if input_encoding is not None:
+        if input_encoding not in ENCODINGS:
+            raise SmoothcertError(f"unknown input encoding {input_encoding!r}; known: "
+                                  f"{', '.join(ENCODINGS)}")
+        extra["input_encoding"] = str(input_encoding)
+    return extra

@@ -51,8 +51,9 @@ from torch import nn
 
 from ..errors import SmoothcertError, check_count
 from ..model_calls import engine_call, meter, metered
-from .requests import Draws, Finished, Program
-from .votes import count_argmax, count_threshold, voting
+from .requests import OUTPUTS, Draws, Finished, Program
+from .votes import (answer, check_outputs, count_argmax, count_pixels, count_threshold,
+                    gather_values, voting)
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 CHUNK = 1024
@@ -187,7 +188,8 @@ class BatchedVotes:
         self._prepared[id(model)] = (model, runnable)
         return runnable
 
-    def forward(self, model, batch: torch.Tensor, size: int, num_classes: int) -> torch.Tensor:
+    def forward(self, model, batch: torch.Tensor, size: int, num_classes: int,
+                outputs: str = "votes") -> torch.Tensor:
         """Logits of the first ``size`` rows of ``batch`` (the model sees the whole batch).
 
         The noisy batch is cast to the model's parameter dtype where they differ (a half or
@@ -199,7 +201,7 @@ class BatchedVotes:
                     else contextlib.nullcontext())
         with autocast:
             logits = model(model_input(model, batch))
-        _check_logits(logits, batch.shape[0], num_classes)
+        check_outputs(logits, batch.shape[0], num_classes, outputs)
         return logits[:size]
 
     def _buffer(self, rows: int, x: torch.Tensor) -> torch.Tensor:
@@ -220,6 +222,7 @@ class _Stream:
         self.left_in_segment = 0  # draws of that segment not yet drawn
         self.undrawn = 0  # draws of the request not yet drawn (all segments)
         self.span_rows = 0  # rows forwarded since the last synchronisation
+        self.dense: list = []  # per segment: pixel counts or gathered values (Draws.outputs)
         self.seconds = 0.0
         self.passes = 0  # base-model forward passes its rows took (where the model says)
 
@@ -250,7 +253,7 @@ class _Scheduler:
         self.buffer = self.carry_buffer = None
         # drawn, not yet forwarded: the rest of a chunk larger than the room left in a batch
         self.carry: tuple[_Stream, int, torch.Tensor] | None = None
-        self.rule: float | None = None  # the voting rule of the batch being filled (Draws)
+        self.rule: tuple = ("votes", None)  # outputs and threshold of the batch being filled
         self.clock = time.perf_counter()
 
     def run(self, programs: Iterable[tuple[object, Program]]) -> Iterator[Finished]:
@@ -302,6 +305,10 @@ class _Scheduler:
         if request.threshold is not None and not 0.0 <= request.threshold <= 1.0:
             raise SmoothcertError(f"a vote threshold is a softmax score in [0, 1], got "
                                   f"{request.threshold!r}")
+        if request.outputs not in OUTPUTS or (request.outputs != "votes"
+                                              and request.threshold is not None):
+            raise SmoothcertError(f"a request reads outputs {request.outputs!r} (one of "
+                                  f"{', '.join(OUTPUTS)}; a threshold only with votes)")
         classes = request.num_classes
         if classes is not None and not 2 <= classes <= self.num_classes:
             raise SmoothcertError(f"a request's model has {classes} classes; the run's counts "
@@ -310,6 +317,10 @@ class _Scheduler:
             self._allocate(request.x)
         stream.request = request
         stream.cells = [self._cell() for _ in sizes]
+        stream.dense = [[] for _ in sizes] if request.outputs == "values" else [
+            torch.zeros((request.x[0].numel(), classes or self.num_classes), dtype=torch.long,
+                        device=request.x.device) for _ in sizes
+        ] if request.outputs == "pixel-votes" else []
         stream.segment, stream.left_in_segment = 0, sizes[0]
         stream.undrawn = sum(sizes)
 
@@ -336,19 +347,36 @@ class _Scheduler:
         batch = self.buffer if padded else self.buffer[:size]
         request = pieces[0][0].request
         model = self.model if request.model is None else self.engine.prepare(request.model)
+        outputs, threshold = self.rule
         # a model may skip what changes no argmax; a threshold vote reads every score
-        with engine_call(argmax_only=self.rule is None) as call:
+        with engine_call(argmax_only=outputs == "votes" and threshold is None) as call:
             logits = self.engine.forward(model, batch, size,
-                                         request.num_classes or self.num_classes)
+                                         request.num_classes or self.num_classes, outputs)
         passes = call.row_passes[:size] if call.row_passes is not None else None
         self.costed = self.costed or passes is not None
         cells = [(cell, rows) for _, cell, rows in pieces]
-        if self.rule is None:
+        if outputs != "votes":
+            self._count_dense(pieces, logits, passes)
+        elif threshold is None:
             count_argmax(self.table, cells, logits, passes)
         else:
-            count_threshold(self.table, cells, logits, passes, self.rule)
+            count_threshold(self.table, cells, logits, passes, threshold)
         for stream, _, rows in pieces:
             stream.span_rows += rows
+
+    def _count_dense(self, pieces: list, logits: torch.Tensor, passes) -> None:
+        """Each piece's rows into its segment's pixel counts or values (``votes.py``); the table
+        keeps their rows that do not vote and their passes, as for votes."""
+        start = 0
+        for stream, cell, rows in pieces:
+            mine = logits[start:start + rows]
+            segment = stream.dense[stream.cells.index(cell)]
+            bad = (gather_values(segment, mine) if stream.request.outputs == "values"
+                   else count_pixels(segment, mine))
+            self.table[cell, -2] += bad.sum()
+            if passes is not None:
+                self.table[cell, -1] += passes[start:start + rows].sum()
+            start += rows
 
     def _fill(self) -> list:
         """Draw noise into the batch buffer until it is full or no request of the batch's voting
@@ -356,7 +384,7 @@ class _Scheduler:
         pieces: list = []
         first = self.carry[0] if self.carry is not None else \
             next((s for s in self.active if s.undrawn > 0), None)
-        key = first.request.batch_key() if first is not None else (None, None)
+        key = first.request.batch_key() if first is not None else (("votes", None), None)
         self.rule = key[0]
         filled = self._take_carry(pieces, 0) if self.carry is not None else 0
         for stream in self.active:
@@ -406,7 +434,8 @@ class _Scheduler:
             self.engine.check_finite(int(mine[:, -2].sum()), sum(stream.request.sizes),
                                      stream.key)
             stream.passes += int(mine[:, -1].sum())
-            answers.append((stream, mine[:, :-2]))
+            dense, stream.dense = stream.dense, []
+            answers.append((stream, answer(stream.request.outputs, mine[:, :-2], dense)))
             self.free_cells.extend(stream.cells)
             stream.request, stream.cells, start = None, [], start + k
         yield from self._advance(answers)
@@ -447,15 +476,3 @@ def _batch_sizes(num: int, batch_size: int) -> Iterator[int]:
     yield from [batch_size] * full
     if rest:
         yield rest
-
-
-def _check_logits(logits: torch.Tensor, size: int, num_classes: int) -> None:
-    if logits.dim() != 2 or logits.shape[0] != size:
-        raise SmoothcertError(
-            f"the model returned shape {tuple(logits.shape)}; expected ({size}, C)"
-        )
-    if logits.shape[1] != num_classes:
-        raise SmoothcertError(
-            f"num_classes mismatch: the model outputs {logits.shape[1]} classes, "
-            f"but num_classes={num_classes}"
-        )

@@ -23,6 +23,13 @@ class Draws:
     ``model`` forwards these draws through another classifier of the same inputs than the
     run's (a cascade's level, ACES' selection model; None: the run's), with ``num_classes``
     classes (None: the run's; at most the run's, whose columns its counts keep).
+
+    ``outputs`` says what the model returns and the program receives (:data:`OUTPUTS`):
+    "votes" (the default, above); "pixel-votes" for a segmentation model, logits (B, K, H, W):
+    an int64 array (len(sizes), H·W, K), per segment the argmax counts of each pixel
+    (row-major), the votes of Fischer et al. 2021's per-pixel smoothing; "values" for a
+    regression model, outputs (B, D): a list of float64 arrays (size_i, D), one per segment,
+    the outputs f(x + δ_i) in draw order (Chiang et al. 2020's median smoothing sorts them).
     """
 
     x: torch.Tensor
@@ -32,10 +39,16 @@ class Draws:
     threshold: float | None = None
     model: nn.Module | None = None
     num_classes: int | None = None
+    outputs: str = "votes"
 
     def batch_key(self) -> tuple:
-        """Requests of one key share forward batches: one voting rule, one model."""
-        return self.threshold, id(self.model) if self.model is not None else None
+        """Requests of one key share forward batches: one kind of output and voting rule, one
+        model."""
+        return (self.outputs, self.threshold), id(self.model) if self.model is not None else None
+
+
+OUTPUTS = ("votes", "pixel-votes", "values")
+"""What a request reads from the model's outputs (:class:`Draws`)."""
 
 
 @dataclass(frozen=True)

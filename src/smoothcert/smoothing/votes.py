@@ -8,11 +8,18 @@ A batch is a list of ``(cell, rows)`` pieces, its rows in that order. Two voting
 * argmax (Cohen et al.'s base classifier): each row votes for its one top class;
 * threshold θ (Levine & Feizi, NeurIPS 2020, ``utils_band.py: predict_and_certify``): each row
   votes for every class whose softmax score is >= θ, several or none.
+
+Dense outputs (``Draws.outputs``) are gathered per request segment beside the table, which
+still counts their rows that do not vote and their passes: per-pixel argmax counts
+(:func:`count_pixels`) and the raw outputs of a regression model (:func:`gather_values`).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+from ..errors import SmoothcertError
 
 
 def voting(logits: torch.Tensor) -> torch.Tensor:
@@ -61,3 +68,49 @@ def count_threshold(table: torch.Tensor, cells: list, logits: torch.Tensor,
     if passes is not None:
         rows[:, -1] = passes
     table.index_add_(0, _row_cells(cells, logits.device), rows)
+
+
+def count_pixels(counts: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """Add the per-pixel argmax votes of ``logits`` (r, K, H, W) to ``counts`` (H·W, K); returns
+    the (r,) mask of rows that do not vote (some pixel's largest logit not finite), which add
+    nothing (their input is refused when its counts are read)."""
+    rows, classes = logits.shape[:2]
+    flat = logits.reshape(rows, classes, -1)
+    bad = ~voting(flat).all(dim=1)
+    labels = flat[~bad].argmax(dim=1)  # (r', P)
+    pixels = labels.shape[1] if labels.dim() == 2 else flat.shape[2]
+    index = labels + torch.arange(pixels, device=labels.device) * classes
+    counts.view(-1).add_(torch.bincount(index.reshape(-1), minlength=pixels * classes))
+    return bad
+
+
+def gather_values(values: list, outputs: torch.Tensor) -> torch.Tensor:
+    """Append the (r, D) ``outputs`` in float64 to ``values``; returns the (r,) mask of rows with
+    a non-finite output (their input is refused when its values are read)."""
+    values.append(outputs.to(torch.float64))
+    return ~torch.isfinite(outputs).all(dim=1)
+
+
+def answer(outputs: str, counts: np.ndarray, dense: list):
+    """What a finished request's program receives (``Draws``): its vote ``counts``, or its
+    ``dense`` outputs (pixel counts (segments, H·W, K); values, one (size, D) array per
+    segment)."""
+    if outputs == "pixel-votes":
+        return torch.stack(dense).cpu().numpy()
+    if outputs == "values":
+        return [torch.cat(v).cpu().numpy() if v else np.zeros((0, 0)) for v in dense]
+    return counts
+
+
+def check_outputs(logits, size: int, num_classes: int, outputs: str = "votes") -> None:
+    """Refuse model outputs of another shape than a request of ``outputs`` reads."""
+    dims, shape = (4, f"({size}, K, H, W)") if outputs == "pixel-votes" else (2, f"({size}, C)")
+    if not isinstance(logits, torch.Tensor) or logits.dim() != dims or logits.shape[0] != size:
+        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise SmoothcertError(f"the model returned {got}; expected {shape}")
+    if logits.shape[1] != num_classes:
+        what = "outputs" if outputs == "values" else "classes"
+        raise SmoothcertError(
+            f"num_classes mismatch: the model outputs {logits.shape[1]} {what}, "
+            f"but num_classes={num_classes}"
+        )
