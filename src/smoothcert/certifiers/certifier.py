@@ -72,6 +72,9 @@ class Certifier(Configurable, abc.ABC):
     smoothing; its runs take no ``--noise``/``--sigma`` and their identity says noise "none",
     σ 0). ``model_roles``: the other models it composes with the run's, by role (ACES'
     ``selection`` and ``core``; :mod:`smoothcert.runs.roles`), checked by :meth:`check_models`.
+    ``tasks``: the tasks of the models it certifies (:data:`~smoothcert.data.registry.TASKS`;
+    a segmentation certifier's programs receive an (H, W) mask as the label, a regression
+    one's a (D,) target, and their rows have no ``label`` column unless ``columns`` has one).
     """
 
     plugin_kind = "certifier"
@@ -85,6 +88,7 @@ class Certifier(Configurable, abc.ABC):
     uses_noise: ClassVar[bool] = True
     model_roles: ClassVar[tuple[str, ...]] = ()
     sigma_list_option: ClassVar[str | None] = None  # the option a --sigma list goes to
+    tasks: ClassVar[tuple[str, ...]] = ("classification",)
 
     def options(self) -> dict[str, Any]:
         """The options as plain values (the run identity's ``options``)."""

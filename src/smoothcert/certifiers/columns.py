@@ -23,9 +23,11 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Column:
-    """A known column: its ``kind`` ("int", "float", "time" — seconds or ``H:MM:SS.s`` — or
-    "text"), its allowed values (numbers are finite, in ``low``..``high``, ``low`` excluded when
-    ``low_open``; text is one of ``choices``), and ``rule``, that range as a message says it."""
+    """A known column: its ``kind`` ("int", "float", "time" — seconds or ``H:MM:SS.s`` —,
+    "text" or "vector": numbers joined by "," and rows of them by ";", :func:`format_vector`),
+    its allowed values (numbers are finite, in ``low``..``high``, ``low`` excluded when
+    ``low_open``; ±inf too in a vector with ``infinite``; text is one of ``choices``), and
+    ``rule``, that range as a message says it."""
 
     kind: str
     rule: str
@@ -33,15 +35,48 @@ class Column:
     high: float = math.inf
     low_open: bool = False
     choices: tuple = ()
+    infinite: bool = False
 
     def outside(self, values: np.ndarray) -> np.ndarray:
-        """Boolean mask of the parsed ``values`` that break the rule (NaN and ±inf always do)."""
+        """Boolean mask of the parsed ``values`` that break the rule (NaN and ±inf always do,
+        but ±inf in a vector column that allows them)."""
         if self.kind == "text":
             return ~np.isin(values, self.choices)
+        if self.kind == "vector":
+            return np.array([self._bad_vector(cell) for cell in values], dtype=bool)
         v = values.astype(np.float64)
         above_low = v > self.low if self.low_open else v >= self.low
         with np.errstate(invalid="ignore"):
             return ~(np.isfinite(v) & above_low & (v <= self.high))
+
+
+    def _bad_vector(self, cell: str) -> bool:
+        try:
+            v = parse_vector(cell).ravel()
+        except ValueError:
+            return True
+        v = v[~np.isinf(v)] if self.infinite else v
+        return bool(Column("float", self.rule, self.low, self.high, self.low_open)
+                    .outside(v).any())
+
+
+def format_vector(values) -> str:
+    """A vector (D,) as "v1,v2,..." or a matrix (E, D) as "a1,a2;b1,b2" (floats by ``repr``,
+    full precision; integers as integers): one record cell."""
+    array = np.asarray(values)
+    rows = array.reshape(1, -1) if array.ndim <= 1 else array
+    text = (lambda v: str(int(v))) if array.dtype.kind in "iub" else (lambda v: repr(float(v)))
+    return ";".join(",".join(text(v) for v in row) for row in rows)
+
+
+def parse_vector(cell: str) -> np.ndarray:
+    """The numbers of a vector cell (:func:`format_vector`): 1-D for one row, else 2-D
+    (float64). Raises ValueError for text that is not rows of equal length of numbers."""
+    rows = [[float(v) for v in row.split(",")] for row in str(cell).split(";")]
+    if len({len(r) for r in rows}) != 1:
+        raise ValueError(f"the rows of {cell!r} differ in length")
+    array = np.array(rows, dtype=np.float64)
+    return array[0] if len(rows) == 1 else array
 
 
 @dataclass(frozen=True)

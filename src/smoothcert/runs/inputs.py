@@ -36,6 +36,7 @@ from ..noise.base import NOISES
 from ..smoothing.engine import BatchedVotes
 from ..smoothing.smoothed import plain
 from ..tensors import model_device
+from .tasks import checked_dense_label, examples_task
 
 log = logging.getLogger(__name__)
 
@@ -301,6 +302,7 @@ class Examples:
         self.num_classes = getattr(dataset, "num_classes", None)
         self.input_shape = getattr(dataset, "input_shape", None)
         self.classes = getattr(dataset, "classes", None)
+        self.task, self.ignore_index = examples_task(dataset)  # labels: see runs/tasks.py
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -310,7 +312,11 @@ class Examples:
         ``num_classes`` is given)."""
         item = self.dataset.example(idx) if hasattr(self.dataset, "example") \
             else self.dataset[idx]
-        return _checked(item, idx, self.name, num_classes)
+        if self.task == "classification":
+            return _checked(item, idx, self.name, num_classes)
+        x = _checked_x(item, idx, self.name)
+        return x, checked_dense_label(item[1], f"{self.name}[{idx}]", self.task, num_classes,
+                                      self.ignore_index, x.shape)
 
     def stream(self, indices: Sequence[int], workers: int | None = None,
                num_classes: int | None = None) -> Iterator[tuple[int, torch.Tensor, int]]:
@@ -330,6 +336,8 @@ class Examples:
         changes them, or they hold other things than integers); else None, and each label is
         checked when its example is read."""
         data = self.dataset
+        if self.task != "classification":  # masks and targets: checked as they are read
+            return None
         if isinstance(data, (list, tuple)):
             pairs = all(isinstance(item, (tuple, list)) and len(item) >= 2 for item in data)
             return [item[1] for item in data] if pairs else None
@@ -389,6 +397,10 @@ def check_labels(data: Examples, indices: Sequence[int], num_classes: int) -> No
 
 def _checked(item, idx: int, name: str, num_classes: int | None = None
              ) -> tuple[torch.Tensor, int]:
+    return _checked_x(item, idx, name), _checked_label(item[1], idx, name, num_classes)
+
+
+def _checked_x(item, idx: int, name: str) -> torch.Tensor:
     if not isinstance(item, (tuple, list)) or len(item) < 2:
         raise SmoothcertError(f"{name}[{idx}] is not an (x, y) pair")
     x = item[0]
@@ -396,7 +408,7 @@ def _checked(item, idx: int, name: str, num_classes: int | None = None
         raise SmoothcertError(
             f"{name}[{idx}] x must be a float tensor (C, H, W) of pixels in [0, 1] (e.g. from "
             f"transforms.ToTensor()), got {_describe(x)}")
-    return x, _checked_label(item[1], idx, name, num_classes)
+    return x
 
 
 def _checked_label(y, idx: int, name: str, num_classes: int | None) -> int:

@@ -34,6 +34,7 @@ from ..io import (
     write_text_atomic,
 )
 from ..upgrade import MANIFEST_VERSION, VERSION_KEY, upgrade_header, upgrade_manifest
+from .artifacts import merge_artifacts
 from .schema import check_header, check_rows, parse_columns, parse_unknown, row_rules
 
 log = logging.getLogger(__name__)
@@ -444,6 +445,7 @@ def merge_records(paths: Iterable, out) -> Path:
         "shard": {"index": 0, "count": 1},
         "merged_from": [str(p.path) for p in parts],
     }
+    merge_artifacts(parts, out, columns)  # images first: a merged row names its image
     write_text_atomic(out, format_row(columns) + body)
     write_json_atomic(manifest_path(out), merged)
     return out

@@ -18,6 +18,7 @@ from ..certifiers import Certifier, RunContext
 from ..certifiers.columns import RADIUS_COLUMNS
 from ..rng import example_generator
 from ..smoothing.smoothed import InputRangeWarning, outside_unit_range, unit_range_message
+from .artifacts import ARTIFACTS, save_artifacts
 from .records import Records
 
 LATER_COLUMNS = ("member_passes", *RADIUS_COLUMNS, "levels_drawn")
@@ -28,13 +29,19 @@ in its own header) and a cascade's ``levels_drawn`` (a file of its first version
 
 def written(writer, bar, rows) -> list[dict]:
     """Each row appended to ``writer`` (without those of :data:`LATER_COLUMNS` the file has
-    not) as it comes, the bar advanced; the rows."""
+    not) as it comes, its images saved before it (:mod:`.artifacts`), the bar advanced; the
+    rows (a run without a file keeps their images in them)."""
     produced = []
     for row in rows:
         for column in LATER_COLUMNS:
             if column not in writer.columns:
                 row.pop(column, None)
+        images = row.pop(ARTIFACTS, None)
+        if images:
+            row.update(save_artifacts(getattr(writer, "path", None), row["idx"], images))
         writer.write(row)
+        if images and isinstance(writer, NoFile):
+            row[ARTIFACTS] = images
         produced.append(row)
         bar.update()
     return produced
@@ -73,11 +80,13 @@ def run_rows(certifier: Certifier, run: RunContext, stream):
     started: collections.deque = collections.deque()  # idx in the order programs start
     unit_range = _UnitRange()
 
+    labelled = "label" in certifier.columns  # a dense task's rows have no one label
+
     def example(idx, x, label):
         unit_range.check(idx, x)
         generator = example_generator(cfg.seed, idx, run.device)
         row = yield from certifier.program(run, x, label, idx, generator)
-        return {"idx": idx, "label": label, "seed": cfg.seed, **row}
+        return {"idx": idx, **({"label": label} if labelled else {}), "seed": cfg.seed, **row}
 
     def programs():
         for idx, x, label in stream:

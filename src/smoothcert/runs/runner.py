@@ -80,6 +80,7 @@ from .records import (
 )
 from .roles import check_role_shapes, load_roles, role_fingerprints, roles_in_eval_mode
 from .rows import LATER_COLUMNS, NoFile, no_records, python_row, run_rows, written
+from .tasks import check_task
 
 
 @dataclass(frozen=True)
@@ -350,6 +351,7 @@ def _checked_run(cfg: RunConfig, source: ModelSource, data: Examples, shard, wor
     _check_shardable(cfg, certifier, shard)
     certifier.check(cfg)  # e.g. sequential's grid: refused before the record file exists
     certifier.check_model(source.model, data.input_shape)  # e.g. ablation's encoding
+    check_task(certifier, source, data)  # segment for a segmentation model, and so on
     noise = NOISES[cfg.noise](cfg.sigma) if cfg.noise != NO_NOISE else NoNoise()
     if mine:  # e.g. the sound noises' 8-bit grid: refused before the file is opened
         noise.check_input(data.example(mine[0])[0])

@@ -52,8 +52,15 @@ from torch import nn
 from ..errors import SmoothcertError, check_count
 from ..model_calls import engine_call, meter, metered
 from .requests import OUTPUTS, Draws, Finished, Program
-from .votes import (answer, check_outputs, count_argmax, count_pixels, count_threshold,
-                    gather_values, voting)
+from .votes import (
+    answer,
+    check_outputs,
+    count_argmax,
+    count_pixels,
+    count_threshold,
+    gather_values,
+    voting,
+)
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 CHUNK = 1024
