@@ -154,6 +154,8 @@ def balanced_subset(labels: torch.Tensor, size: int) -> torch.Tensor:
     subset depends only on the labels and ``size`` (not on a run's seed), so every run of a study
     trains on the same examples, and a subset of size k is contained in the one of size k + 1.
     """
+    if labels.dim() != 1:  # a dense task's masks or targets have no one class per image
+        return torch.arange(min(size, len(labels)))
     y = labels.cpu().numpy()
     if not 1 <= size <= len(y):
         raise SmoothcertError(f"train_size must lie in 1..{len(y)}, got {size}")

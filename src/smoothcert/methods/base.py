@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..registry import Configurable, Registry, option_defaults
@@ -134,6 +135,14 @@ class TrainingMethod(Configurable, abc.ABC):
     tensor (data-dependent training, Alfarra et al. Alg. 2): the trainer refuses
     ``sigma_mode="data_dependent"`` for a method that leaves this False."""
 
+    tasks: ClassVar[tuple[str, ...]] = ("classification",)
+    """The tasks (:data:`smoothcert.data.registry.TASKS`) the loss is written for; the training
+    configuration refuses a dataset of another. A method that lists several computes its loss
+    with :meth:`criterion`, which the trainer sets to the dataset's task (:meth:`set_task`)."""
+
+    task: str = "classification"
+    ignore_index: int | None = None
+
     needs_indices: ClassVar[bool] = False
     """True if :meth:`loss` takes the batch's training-set indices as ``idx=`` (B,) int64 (e.g. to
     look up a per-example table built at the start of the run); the trainer passes them only to
@@ -184,6 +193,18 @@ class TrainingMethod(Configurable, abc.ABC):
         parameters inside the method.
         """
 
+    def set_task(self, task: str, ignore_index: int | None = None) -> None:
+        """The task of the run's dataset (and a segmentation set's unlabelled pixel value)."""
+        self.task, self.ignore_index = task, ignore_index
+
+    def criterion(self, outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The task's loss, a mean over the batch (:func:`task_loss`)."""
+        return task_loss(self.task, outputs, y, self.ignore_index)
+
+    def judge(self, outputs: torch.Tensor, y: torch.Tensor):
+        """(correct, judged) predictions of a batch (:func:`task_correct`)."""
+        return task_correct(self.task, outputs, y, self.ignore_index)
+
     def named_variant(self) -> str | None:
         """A short label of a named variant of the method that departs from its paper (e.g.
         ``"target=self"``), recorded beside the method's name in checkpoints (``meta["method"]
@@ -209,11 +230,13 @@ class TrainingMethod(Configurable, abc.ABC):
         without noise). This is not a certified accuracy.
         """
         correct = torch.zeros((), dtype=torch.long, device=generator.device)
+        judged = torch.zeros_like(correct)
         with eval_mode(model), torch.inference_mode():
             for x, y in eval_batches(data, batch_size, generator.device):
                 x = x if noise is None else noise.perturb(x, generator)
-                correct += (model(x).argmax(dim=1) == y).sum()
-        return {"test_acc": correct.item() / len(data)}
+                right, seen = self.judge(model(x), y)
+                correct, judged = correct + right, judged + seen
+        return {"test_acc": correct.item() / judged.item() if judged.item() else math.nan}
 
     def export(self, model: nn.Module, out_dir: Path) -> None:
         """Called by the trainer (rank 0) after each checkpoint is written into the run folder
@@ -256,6 +279,33 @@ class TrainingMethod(Configurable, abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned when resuming."""
         return None
+
+
+def task_loss(task: str, outputs: torch.Tensor, y: torch.Tensor,
+              ignore_index: int | None = None) -> torch.Tensor:
+    """The training loss of a task: cross-entropy of the logits (B, K) for classification, the
+    per-pixel cross-entropy of (B, K, H, W) logits averaged over the labelled pixels (those not
+    ``ignore_index``) for segmentation (Fischer et al. 2021 train their base models so), and the
+    smooth-L1 loss of the (B, D) outputs (Huber with δ = 1, the usual loss of box regression)
+    for regression."""
+    if task == "regression":
+        return F.smooth_l1_loss(outputs, y.to(outputs.dtype))
+    ignore = -100 if ignore_index is None else ignore_index  # torch's default: none such
+    return F.cross_entropy(outputs, y, ignore_index=ignore)
+
+
+def task_correct(task: str, outputs: torch.Tensor, y: torch.Tensor,
+                 ignore_index: int | None = None):
+    """(correct, judged) for an accuracy: images whose top class is their label; labelled
+    pixels whose top class is theirs; and for regression none (0, 0: no accuracy)."""
+    if task == "regression":
+        zero = torch.zeros((), dtype=torch.long, device=outputs.device)
+        return zero, zero
+    right = outputs.detach().argmax(dim=1) == y
+    if task == "segmentation" and ignore_index is not None:
+        labelled = y != ignore_index
+        return (right & labelled).sum(), labelled.sum()
+    return right.sum(), torch.as_tensor(right.numel(), device=outputs.device)
 
 
 def noise_for_copies(noise, m: int):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch.nn.functional as F
-
+from ..data.registry import TASKS
 from ..errors import check_count
 from ..registry import option
 from ..tensors import copies
@@ -27,9 +26,14 @@ class GaussianAugmentation(TrainingMethod):
 
     A per-sample σ (a (B,) tensor, data-dependent training) is repeated the same way, so every
     copy of input i is noised at σ_i.
+
+    For a segmentation or regression dataset the loss is that task's (:func:`.base.task_loss`:
+    per-pixel cross-entropy; smooth-L1), the noise augmentation the same: the base model of
+    Fischer et al. 2021 and of Chiang et al. 2020 is trained so.
     """
 
     supports_per_sample_sigma = True
+    tasks = TASKS
 
     @dataclass(frozen=True)
     class Options:
@@ -42,5 +46,5 @@ class GaussianAugmentation(TrainingMethod):
         m = self.num_noise
         x_rep = copies(x, m)  # (m·B, C, H, W), copy-major
         logits = model(x_rep + noise_for_copies(noise, m).sample(x_rep, generator))
-        ce = F.cross_entropy(logits, copies(y, m))  # mean over all B·m noisy inputs
+        ce = self.criterion(logits, copies(y, m))  # mean over all B·m noisy inputs
         return {"loss": ce, "logits": logits[: x.shape[0]], "ce": ce.detach()}

@@ -35,7 +35,7 @@ from ..errors import (
 )
 from ..methods import METHODS, build_method
 from ..models import MODELS
-from ..models.archs import EXTERNAL_ZOOS, check_arch_kwargs, model_role
+from ..models.archs import EXTERNAL_ZOOS, check_arch_kwargs, model_role, model_task
 from ..noise.base import NOISES
 from ..upgrade import CONFIG_VERSION, VERSION_KEY, accepts_sigma_keywords, upgrade_config
 from .choices import arch_choices, dataset_choices, described, keyword_choices
@@ -319,6 +319,7 @@ def _validated(c: TrainConfig) -> dict[str, Any]:
                                                                     c.sigma_mode_params))
     _check_sigma_mode(values, mode, method)
     values.update(check_label_fields(c, method))  # ACES' selection labels (labels.py)
+    _check_task(values["dataset"], arch, method)
     if method.uses_noise:
         _check_method_noise(method, values["noise"])
         NOISES[values["noise"]].check_sigma(values["sigma"])  # e.g. an exact sampler's bound
@@ -437,6 +438,22 @@ def _check_arch(arch, method) -> str:
                               f"--arch {arch} is {_ROLE_WORDS[role]}; archs of role "
                               f"{method.trains}: {', '.join(fitting) or 'none'}")
     return arch
+
+
+def _check_task(dataset: str, arch: str, method) -> None:
+    """The dataset's task (:data:`~smoothcert.data.registry.TASKS`) is one the method's loss is
+    written for and, for a method that trains the smoothed model, the arch's outputs."""
+    task = DATASETS[dataset].task
+    if task not in method.tasks:
+        fitting = sorted(n for n, m in METHODS.items() if task in m.tasks)
+        raise SmoothcertError(f"method {method.name} trains {' and '.join(method.tasks)} "
+                              f"models, not for {task} (dataset {dataset}); methods for "
+                              f"{task}: {', '.join(fitting)}")
+    if method.trains == "classifier" and model_task(arch) != task:
+        fitting = [n for n in _known_archs() if model_role(n) == "classifier"
+                   and model_task(n) == task]
+        raise SmoothcertError(f"--arch {arch} is for {model_task(arch)} but dataset {dataset} "
+                              f"is for {task}; archs for {task}: {', '.join(fitting)}")
 
 
 _ROLE_WORDS = {"classifier": "a classifier", "denoiser": "a denoiser",

@@ -79,6 +79,8 @@ class Trainer:
             _load_initial_weights(self.model, config)
         self.train_model = self.world.wrap(self.model)  # what the method's loss runs
         self.method = build_method(config.method, **config.method_params)
+        spec = self.train_data.spec
+        self.method.set_task(spec.task, spec.ignore_index)  # its loss and accuracy
         self.method.prepare(config, self.device)  # e.g. a frozen classifier, checked here
         # the run's σ (test columns, epoch hooks); None for a method that trains without noise
         self.noise = None if config.sigma is None else NOISES[config.noise](config.sigma)
@@ -110,7 +112,8 @@ class Trainer:
         ``peak_mem_mb`` are this rank's, and only rank 0 measures ``test_acc`` (NaN elsewhere).
         """
         _reset_peak_memory(self.device)
-        lr, start, meter = self.optimizer.param_groups[0]["lr"], time.perf_counter(), _Meter()
+        lr, start, meter = self.optimizer.param_groups[0]["lr"], time.perf_counter(), \
+            _Meter(self.method.judge)
         self.method.on_epoch_start(self.epoch, self._context())
         batches = self._batches()
         bar = progress_meter(progress, len(batches), 0,
@@ -280,6 +283,7 @@ class Trainer:
             classes=getattr(self.train_data, "classes", None),
             role=self.method.trains,
             input_encoding=self.method.input_encoding,  # e.g. ablation's (x, 1 − x) layer
+            task=spec.task if self.method.trains == "classifier" else "classification",
         )
         return {**meta, "num_hparams": len(self.method.hparams()),
                 **labels_meta(c, self.train_data)}  # a selection model's label provenance
@@ -444,9 +448,10 @@ class _Meter:
     """Epoch sums of the method's scalars (weighted by batch size) and of correct predictions,
     kept on the device so that logging costs no host synchronisation per batch."""
 
-    def __init__(self):
+    def __init__(self, judge=None):
         self.sums: dict[str, torch.Tensor] = {}
-        self.correct, self.count, self.judged = 0, 0, 0  # judged: examples with logits
+        self.correct, self.count, self.judged = 0, 0, 0  # judged: examples (pixels) with logits
+        self.judge = judge  # (correct, judged) of a batch: the method's task (TrainingMethod)
 
     def update(self, out: dict[str, torch.Tensor], y: torch.Tensor) -> None:
         b = len(y)
@@ -454,8 +459,8 @@ class _Meter:
             if key != "logits":
                 self.sums[key] = self.sums.get(key, 0) + value.detach().float() * b
         if "logits" in out:  # a denoiser's MSE or a diffusion loss has none
-            self.correct = self.correct + (out["logits"].detach().argmax(dim=1) == y).sum()
-            self.judged += b
+            right, seen = self.judge(out["logits"], y)
+            self.correct, self.judged = self.correct + right, self.judged + seen
         self.count += b
 
     def mean(self, key: str) -> float:
@@ -466,7 +471,8 @@ class _Meter:
 
     def accuracy(self) -> float:
         """Training accuracy; NaN for a method that returns no logits."""
-        return float(self.correct) / self.judged if self.judged else math.nan
+        judged = float(self.judged)
+        return float(self.correct) / judged if judged else math.nan
 
     def reduced(self, world: World) -> _Meter:
         """The meter of all ranks together: sums of sums (float64), of correct, count and
@@ -482,4 +488,5 @@ class _Meter:
         meter = _Meter()
         meter.sums = dict(zip(keys, total[: len(keys)]))
         meter.correct, meter.count, meter.judged = total[-3], int(total[-2]), int(total[-1])
+        meter.judge = self.judge
         return meter
