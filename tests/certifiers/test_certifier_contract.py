@@ -25,11 +25,15 @@ LEVELS = (0, 26, 46, 50, 53, 64, 115, 179, 230, 255)  # the sound noises' inputs
 # whose model reads ablated pixels) keeps the same contract in its own tests
 # (tests/certifiers/test_ablation.py: kill and resume, shards and merge; soundness by exhaustive
 # patch search in test_ablation_soundness.py).
+# A certifier of another task than classification (``tasks``: segment, median) cannot run on
+# this classification oracle; each keeps the contract in its own tests (segment:
+# tests/certifiers/test_segment.py, kill and resume; test_segment_soundness.py).
 # The other models of a certifier that composes several (``model_roles``), built from the
 # oracle: ACES takes it as its 2-class selection (the robust model where x₀ > B, the core model
 # below) and as its core model, so that the composed model is the oracle itself.
 ROLE_MODELS = {"aces": lambda oracle: {"selection": oracle, "core": oracle}}
 CASES = [(name, noise) for name in certifying() if CERTIFIERS[name].uses_noise
+         and "classification" in CERTIFIERS[name].tasks
          for noise in (CERTIFIERS[name].noises or sorted(NOISES))]
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import SmoothcertError
 from ..runs.records import distinct_labels, read_records
+from .dense import dense_table
 from .metrics import (
     Agreement,
     AttackSummary,
@@ -54,8 +55,8 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
            plot_cost=None, cost_radius: float = 0.5, norm: str | None = None) -> str:
     """Read each record file, summarize it at ``radii`` and return the table in format ``fmt``.
 
-    ``paths`` is one path or several; ``radii`` is a sequence of floats or a string for
-    :func:`~smoothcert.evaluation.metrics.parse_radii`.
+    ``paths`` is one path or several; ``radii`` floats or a string (:func:`.parse_radii`).
+    Segmentation and median-smoothing files get their own table (:func:`.dense.dense_table`).
     If ``plot`` is a path, the certified-accuracy-vs-radius figure of the files is written there
     (the attack curves, for attack files). ``envelope`` adds the σ-envelope row (and curve) of
     files holding the same examples of one dataset split (refused otherwise);
@@ -63,8 +64,7 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
     ``sigma_hist``, a path, the histogram of each file's per-example σ (its ``sigma`` column:
     σ_x for data-dependent files). When some file's σ varies over its rows, the table gets the
     columns ``σ_x min``, ``σ_x mean``, ``σ_x max`` (see :func:`certification_table`).
-    ``common`` restricts every file to the examples (idx) that all of them hold, so files of
-    different lengths over the same images are compared on the same images. ``cost`` adds
+    ``common`` restricts every file to the examples (idx) all of them hold. ``cost`` adds
     the columns :data:`COST_COLUMNS` (seconds and forward passes per example, the device);
     ``plot_cost``, a path, receives certified accuracy at ``cost_radius`` against forward passes
     per example, one point per file, the cheapest-best files joined (their Pareto frontier).
@@ -72,12 +72,13 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
     that norm (:func:`~.norms.in_norm`; all of the above is computed from it) and says it in
     the column :data:`UNIT_COLUMN` (:func:`with_units`: also a certifier's own unit).
     """
-    formatter = get_format(fmt)  # fail on a bad name before reading anything
+    formatter, radii = get_format(fmt), _radii(radii)  # fail on a bad name before reading
     check_norm(norm)
-    radii = _radii(radii)
     check_outputs(paths, {"--plot": plot, "--ecdf": ecdf, "--sigma-hist": sigma_hist,
                           "--plot-cost": plot_cost})
     records = _read(paths, norm, common)
+    if (dense := dense_table(records)) is not None:  # segmentation or median files
+        return formatter(dense)
     if _attack_files(records):
         if envelope or ecdf is not None or sigma_hist is not None or cost or plot_cost:
             raise SmoothcertError("the envelope, the p̂_A ECDF, the σ histogram and the cost "
