@@ -63,8 +63,8 @@ def _table_rows(text, sep, strip):
 
 
 # --------------------------------------------------------------------------- formats
-def test_registry_has_the_four_formats():
-    assert set(FORMATS) >= {"md", "latex", "csv", "json"}
+def test_registry_has_the_five_formats():
+    assert set(FORMATS) >= {"md", "latex", "csv", "json", "html"}
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
@@ -125,8 +125,9 @@ def test_radius_labels_read_back():
 
 
 def test_unknown_format_raises(files):
-    with pytest.raises(SmoothcertError, match="unknown report format 'html'; known: csv, json"):
-        report(files, GRID, fmt="html")
+    with pytest.raises(SmoothcertError, match="unknown report format 'txt'; known: csv, html, "
+                                              "json"):
+        report(files, GRID, fmt="txt")
     with pytest.raises(SmoothcertError, match="known"):
         get_format("txt")
 

@@ -71,7 +71,7 @@ def _report_args(p):
                         "attack records); run folders with --train")
     p.add_argument("--radii", help="start:stop:step or a comma list; attack files: distances "
                                    f"(default: {REPORT_RADII})")
-    p.add_argument("--format", default="md", choices=sorted(FORMATS), help="table format")
+    _html_args(p, sorted(FORMATS))
     p.add_argument("--norm", choices=NORMS,
                    help="read every file's certified radius in this norm (its radius_l1, "
                         "radius_l2 or radius_linf column; default: each file's own radius, in "
@@ -111,6 +111,27 @@ def _report_args(p):
     p.epilog = REPORT_COLUMNS
 
 
+def _html_args(p, formats):
+    """--format, --out and the page's flags (--format html)."""
+    from ..evaluation.html import GALLERY
+
+    p.add_argument("--format", default="md", choices=formats,
+                   help="table format; html writes a self-contained page (tables, curves and "
+                        "a gallery of examples) to --out")
+    p.add_argument("--out", metavar="FILE",
+                   help="write the table (--format html: the page) to FILE instead of stdout")
+    p.add_argument("--gallery", type=int, metavar="N",
+                   help=f"--format html: examples per file in the gallery (default {GALLERY}; "
+                        "0: none), spread over the file")
+    p.add_argument("--gallery-eps", type=float, metavar="EPS",
+                   help="--format html, median files: the ε of the grid at which the certified "
+                        "box envelope is drawn (default: each example's largest ε with every "
+                        "interval finite)")
+    p.add_argument("--data-root", default=None,
+                   help="--format html: folder holding the datasets' files, for the gallery's "
+                        "images")
+
+
 @command(
     "report", "certified accuracy at radii, ACR and abstention, one row per file", _report_args,
     resume_hint="rerun the same command",  # nothing to resume: it starts again
@@ -125,12 +146,19 @@ def cmd_report(args):
         raise SmoothcertError("--into DOC and --block NAME go together")
     _check_report_mode(args)
     _check_cost_radius(args)
+    _check_html(args)
     if not args.train:
         _check_record_paths(args.files)
     if args.into is not None:
         _check_into(args, args.files, args.train)
         check_block(args.into, args.block)
+    if args.out is not None:
+        _check_output(args, args.files, args.train, "--out", args.out)
     radii = args.radii if args.radii is not None else REPORT_RADII
+    if args.format == "html":
+        _html_page(args, radii)
+        _say_written(args)
+        return
     if args.train:
         table = train_report(args.files, fmt=args.format)
     elif args.agreement:
@@ -144,12 +172,50 @@ def cmd_report(args):
                        else args.cost_radius, norm=args.norm)
     if args.into is not None:
         splice_block(args.into, args.block, table)
-    print(table, end="")
+    if args.out is not None:
+        from ..io import write_text_atomic
+
+        write_text_atomic(args.out, table)
+    else:
+        print(table, end="")
     _say_written(args)
 
 
+def _html_page(args, radii) -> None:
+    """``--format html``: the page, written to ``--out``."""
+    from ..evaluation.html import GALLERY, html_report
+
+    html_report(args.files, radii, args.out,
+                gallery=GALLERY if args.gallery is None else args.gallery,
+                data_root=args.data_root, eps=args.gallery_eps, plot=args.plot,
+                envelope=args.envelope, ecdf=args.ecdf, sigma_hist=args.sigma_hist,
+                common=args.common, cost=args.cost, plot_cost=args.plot_cost,
+                cost_radius=COST_RADIUS if args.cost_radius is None else args.cost_radius,
+                norm=args.norm)
+
+
+def _check_html(args) -> None:
+    """``--format html`` writes a page to ``--out`` for record files; its own flags need it."""
+    html = args.format == "html"
+    if html and args.out is None:
+        raise SmoothcertError("--format html writes a page; give its file with --out "
+                              "report.html")
+    if html and (args.train or args.agreement or args.into is not None):
+        flag = "--train" if args.train else "--agreement" if args.agreement else "--into"
+        raise SmoothcertError(f"--format html is the page of record files; {flag} does not "
+                              "apply to it (drop one of them)")
+    own = {"--gallery": args.gallery is not None, "--gallery-eps": args.gallery_eps is not None,
+           "--data-root": args.data_root is not None}
+    given = [flag for flag, is_given in own.items() if is_given]
+    if given and not html:
+        raise SmoothcertError(f"{given[0]} is for the page of --format html; add --format html "
+                              "--out report.html or drop it")
+    if args.gallery is not None and args.gallery < 0:
+        raise SmoothcertError(f"--gallery must be >= 0, got {args.gallery}")
+
+
 WRITTEN = (("plot", "plot"), ("ecdf", "p̂_A ECDF"), ("sigma_hist", "σ histogram"),
-           ("plot_cost", "cost plot"), ("into", "table"))
+           ("plot_cost", "cost plot"), ("into", "table"), ("out", "report"))
 """(argument, what it receives) of report's outputs besides the table on stdout."""
 
 
@@ -221,6 +287,12 @@ def _check_cost_radius(args) -> None:
 def _check_into(args, files, train: bool) -> None:
     """``--into DOC`` must not be a file the report reads: a record file or its manifest, or
     (``--train``) a run folder's files; nor a figure the report writes."""
+    _check_output(args, files, train, "--into", args.into)
+
+
+def _check_output(args, files, train: bool, flag: str, path) -> None:
+    """An output (``--into DOC``, ``--out FILE``) must not be a file the report reads: a record
+    file or its manifest, or (``--train``) a run folder's files; nor another output."""
     from ..evaluation.report import check_outputs
     from ..io import check_not_input
 
@@ -228,8 +300,8 @@ def _check_into(args, files, train: bool) -> None:
         from pathlib import Path
 
         read = [f for folder in files for f in Path(folder).glob("*") if f.is_file()]
-        check_not_input(args.into, read, "--into")
+        check_not_input(path, read, flag)
         return
     check_outputs(files, {"--plot": args.plot, "--ecdf": args.ecdf,
                           "--sigma-hist": args.sigma_hist, "--plot-cost": args.plot_cost,
-                          "--into": args.into})
+                          "--into": args.into, "--out": args.out})

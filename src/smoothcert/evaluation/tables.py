@@ -1,7 +1,7 @@
 """Report tables and their text formats: :class:`Table` and the :data:`FORMATS` registry.
 
 A :class:`Table` holds raw values with a key, a header and a display style per column; a format
-(``md``, ``latex``, ``csv``, ``json``; :func:`get_format`) turns it into text. ``md`` and
+(``md``, ``latex``, ``csv``, ``json``, ``html``; :func:`get_format`) turns it into text. ``md`` and
 ``latex`` show each value in its column's style (accuracies in percent) and escape the text;
 ``csv`` and ``json`` keep full float precision. Which tables exist is :mod:`.report`'s and
 :mod:`.train_report`'s business.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import html
 import io
 import json
 import math
@@ -124,6 +125,19 @@ def _json_value(value):
     most attacks failed) as null, since JSON has no infinity."""
     value = value.item() if isinstance(value, np.generic) else value
     return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+@register_format("html")
+def format_html(table: Table) -> str:
+    """An HTML ``<table>`` (no page around it: ``report --format html`` builds the page,
+    :mod:`.html`); cells as ``md`` shows them (accuracies in percent), escaped; numeric columns
+    right-aligned."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in table.headers)
+    body = ["<tr>" + "".join(
+        f'<td class="{"text" if style == "text" else "num"}">{html.escape(cell)}</td>'
+        for cell, style in zip(cells, table.styles)) + "</tr>" for cells in _display(table, "–")]
+    return (f'<table class="report"><thead><tr>{head}</tr></thead><tbody>'
+            + "".join(body) + "</tbody></table>\n")
 
 
 # --------------------------------------------------------------------------- escaping
