@@ -230,6 +230,8 @@ DEFAULT_OPTIONS = {  # the run identities' and configs' options before the idiom
              "selection_n": None},
     # Step 17: double sampling (Li et al. 2022)
     "dsrs": {"th": "x", "q_share": 0.5, "alpha_split": 0.5, "search": "precise", "unit": 0.01},
+    # Step 18: certified segmentation (Fischer et al. 2021)
+    "segment": {"tau": 0.75, "correction": "holm"},
     # Step 18: median smoothing (Chiang et al. 2020)
     "median": {"percentile": 0.5, "eps": "0.1,0.25,0.36,0.5", "correction": "bonferroni"},
 }
