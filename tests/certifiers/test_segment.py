@@ -193,7 +193,7 @@ def test_a_dataset_without_an_ignore_index_labels_every_pixel():
 
 @pytest.mark.parametrize(("column", "value", "says"), [
     ("tp", "4,-2,3", "tp is one count per class"),
-    ("map_sha256", "beef", "map_sha256 is the SHA-256"),
+    ("map_sha256", "beef", "map_sha256 is a SHA-256"),
     ("correction", "fdr", "correction is one of holm, bonferroni"),
     ("radius", "0.5", "sigma * Phi^-1(tau)"),
     ("certified_correct", "14", "counts labelled pixels certified with their label"),

@@ -87,3 +87,13 @@ def test_wrong_shapes_and_nan_outputs_are_refused():
 
     with pytest.raises(SmoothcertError, match="a threshold only with votes"):
         list(BatchedVotes().run(Bins(), [(0, thresholded())], 3, 8))
+
+
+class Half(nn.Module):
+    def forward(self, x):
+        return Bins()(x)[:, :, ::2]
+
+
+def test_per_pixel_logits_of_other_pixels_are_refused():
+    with pytest.raises(SmoothcertError, match="labels every input pixel"):
+        _run(Half(), "pixel-votes", (10,), 16, 3)

@@ -15,6 +15,7 @@ their counts ``count`` and ``runner_up`` until manifest version 5; they read thr
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,7 +25,8 @@ import numpy as np
 @dataclass(frozen=True)
 class Column:
     """A known column: its ``kind`` ("int", "float", "time" — seconds or ``H:MM:SS.s`` —,
-    "text" or "vector": numbers joined by "," and rows of them by ";", :func:`format_vector`),
+    "text", "sha256" (64 lowercase hex digits: an artifact's hash, ``runs/artifacts.py``) or
+    "vector": numbers joined by "," and rows of them by ";", :func:`format_vector`),
     its allowed values (numbers are finite, in ``low``..``high``, ``low`` excluded when
     ``low_open``; ±inf too in a vector with ``infinite``; text is one of ``choices``), and
     ``rule``, that range as a message says it."""
@@ -44,6 +46,9 @@ class Column:
             return ~np.isin(values, self.choices)
         if self.kind == "vector":
             return np.array([self._bad_vector(cell) for cell in values], dtype=bool)
+        if self.kind == "sha256":
+            return np.array([not (isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v))
+                             for v in values], dtype=bool)
         v = values.astype(np.float64)
         above_low = v > self.low if self.low_open else v >= self.low
         with np.errstate(invalid="ignore"):
@@ -87,6 +92,11 @@ class Relation:
     columns: tuple
     broken: Callable[..., np.ndarray]
     says: Callable[..., str]
+
+
+def sha256(name: str) -> Column:
+    """The SHA-256 of a file beside the records (``<artifact>_sha256``)."""
+    return Column("sha256", f"{name} is a SHA-256 digest, 64 lowercase hex digits")
 
 
 def count(name: str) -> Column:

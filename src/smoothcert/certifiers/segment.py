@@ -25,7 +25,6 @@ its hash in ``map_sha256``) is each pixel's certified class, 255 where it abstai
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +44,7 @@ from ..stats.segmentation import (
 )
 from .certifier import Certifier, register_certifier
 from .certify import note_too_few_draws
-from .columns import Column, Relation, count, format_vector, probability
+from .columns import Column, Relation, count, format_vector, probability, sha256
 
 ABSTAIN = 255
 """The ``map`` artifact's value of a pixel that abstains (so at most 255 classes)."""
@@ -57,16 +56,6 @@ SEGMENT_COLUMNS = ("idx", "labelled", "certified", "certified_correct", "abstain
 
 def _per_class(name: str, says: str) -> Column:
     return Column("vector", f"{name} is one count per class ({says}), integers >= 0", low=0)
-
-
-@dataclass(frozen=True)
-class Sha256(Column):
-    """A text column of SHA-256 hex digests (64 lowercase hex digits): an artifact's hash
-    (``runs/artifacts.py``: ``<name>_sha256``)."""
-
-    def outside(self, values: np.ndarray) -> np.ndarray:
-        return np.array([not (isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v))
-                         for v in values], dtype=bool)
 
 
 SEGMENT_RULES = {
@@ -82,7 +71,7 @@ SEGMENT_RULES = {
     "tau": Column("float", "tau is a threshold in [0.5, 1)", low=0.5, high=1.0),
     "correction": Column("text", f"correction is one of {', '.join(CORRECTIONS)}",
                          choices=CORRECTIONS),
-    "map_sha256": Sha256("text", "map_sha256 is the SHA-256 of the map's PNG, 64 hex digits"),
+    "map_sha256": sha256("map_sha256"),
 }
 
 

@@ -5,7 +5,9 @@ A segmentation file's rows count pixels per image; the dataset's numbers are sum
 images, as Fischer et al. report them: certified pixel accuracy Σ certified_correct / Σ labelled
 (an abstained pixel counts as wrong), the abstention rate Σ abstained / Σ pixels, and certified
 mIoU, the mean over the classes present of tp / (tp + fp + fn) from the summed per-class counts
-(a pixel that abstains is a false negative of its class). A median file's rows hold per output
+(a pixel that abstains is a false negative of its class). The authors average over all K
+classes, an absent one counting 0; the two agree wherever every class occurs, as on their full
+test sets, and differ on a few images that miss some. A median file's rows hold per output
 the smoothed value and its certified interval at each ε of its grid; a file's numbers at ε are
 means over its images and outputs: the interval's width, and the clean error
 |median − target| of the smoothed regressor (at ε = 0, no certificate).

@@ -126,7 +126,7 @@ def _parse(column: Column | None, text: Sequence[str]) -> tuple[np.ndarray, np.n
     ``column`` None)."""
     if column is None:
         return parse_unknown(text), np.zeros(len(text), dtype=bool)
-    if column.kind in ("text", "vector"):  # a vector stays text: columns.parse_vector
+    if column.kind in ("text", "vector", "sha256"):  # a vector stays text: parse_vector
         values = np.array(text, dtype=object)
         return values, column.outside(values)
     values, unreadable = (_parse_times(text) if column.kind == "time"

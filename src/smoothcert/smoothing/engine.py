@@ -208,7 +208,7 @@ class BatchedVotes:
                     else contextlib.nullcontext())
         with autocast:
             logits = model(model_input(model, batch))
-        check_outputs(logits, batch.shape[0], num_classes, outputs)
+        check_outputs(logits, batch.shape[0], num_classes, outputs, batch.shape)
         return logits[:size]
 
     def _buffer(self, rows: int, x: torch.Tensor) -> torch.Tensor:

@@ -102,12 +102,18 @@ def answer(outputs: str, counts: np.ndarray, dense: list):
     return counts
 
 
-def check_outputs(logits, size: int, num_classes: int, outputs: str = "votes") -> None:
-    """Refuse model outputs of another shape than a request of ``outputs`` reads."""
+def check_outputs(logits, size: int, num_classes: int, outputs: str = "votes",
+                  batch_shape: tuple = ()) -> None:
+    """Refuse model outputs of another shape than a request of ``outputs`` reads (per-pixel
+    logits: of the input batch's ``batch_shape`` (B, C, H, W) pixels)."""
     dims, shape = (4, f"({size}, K, H, W)") if outputs == "pixel-votes" else (2, f"({size}, C)")
     if not isinstance(logits, torch.Tensor) or logits.dim() != dims or logits.shape[0] != size:
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise SmoothcertError(f"the model returned {got}; expected {shape}")
+    if outputs == "pixel-votes" and logits.shape[2:] != batch_shape[2:]:
+        raise SmoothcertError(f"the model returned logits of {tuple(logits.shape[2:])} pixels "
+                              f"for inputs of {tuple(batch_shape[2:])}: a segmentation model "
+                              f"labels every input pixel")
     if logits.shape[1] != num_classes:
         what = "outputs" if outputs == "values" else "classes"
         raise SmoothcertError(
