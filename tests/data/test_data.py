@@ -77,9 +77,12 @@ def test_every_spec_is_consistent(name):
     assert len(spec.mean) == len(spec.std) == channels
     assert all(0 < m < 1 for m in spec.mean) and all(0 < s < 1 for s in spec.std)
     assert spec.augmentation in AUGMENTATIONS
-    # image folders: ImageNet's 1000 wnids, or as many classes as the user's folder has (0)
-    expected = {"imagenet": 1000, "imagefolder": 0}.get(name, 10)
-    assert spec.num_classes == expected and spec.streamed == (name in ("imagenet", "imagefolder"))
+    # image folders: ImageNet's 1000 wnids, or as many classes as the user's folder has (0);
+    # the dense sets: background + 10 classes per pixel, 4 box coordinates
+    expected = {"imagenet": 1000, "imagefolder": 0, "segfolder": 0, "fashion-mnist-seg": 11,
+                "fashion-mnist-box": 4}.get(name, 10)
+    folders = ("imagenet", "imagefolder", "segfolder")
+    assert spec.num_classes == expected and spec.streamed == (name in folders)
 
 
 def test_registry_has_the_embedded_and_file_datasets():

@@ -18,6 +18,7 @@ from smoothcert.models import (
     load_checkpoint,
     model_from_checkpoint,
     model_role,
+    model_task,
     save_checkpoint,
 )
 from smoothcert.models.ensemble import Ensemble
@@ -27,8 +28,10 @@ NAN = float("nan")
 # takes one; the CIFAR ResNets take only 3×32×32, so their fixed-channel path (the 1×1 stem
 # from 6 to 3 channels) is tested at that shape. A new classifier must be added here.
 SHAPES = {arch: shape for arch, shape in TEST_MODELS_SHAPES.items()
-          if model_role(arch) == "classifier"} | {"resnet50": (1, 28, 28)}
-CLASSIFIERS = sorted(a for a in MODELS if model_role(a) == "classifier")
+          if model_role(arch) == "classifier" and model_task(arch) == "classification"} \
+    | {"resnet50": (1, 28, 28)}
+CLASSIFIERS = sorted(a for a in MODELS
+                     if model_role(a) == "classifier" and model_task(a) == "classification")
 
 
 def encoded(arch: str, shape, num_classes: int = 5, seed: int = 0):

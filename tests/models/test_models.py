@@ -14,6 +14,7 @@ from smoothcert.models import (
     build_model,
     check_arch_kwargs,
     model_role,
+    model_task,
     register_model,
 )
 
@@ -31,8 +32,13 @@ SHAPES = {
     # a denoiser and a diffusion model (tests/denoisers/ test them as such)
     "dncnn": (3, 16, 16),
     "ddpm_unet": (1, 8, 8),
+    # dense tasks (tests/models/test_dense_archs.py tests their outputs)
+    "fcn_small": (1, 28, 28),
+    "lenet_box": (1, 28, 28),
 }
-CLASSIFIERS = sorted(a for a in MODELS if model_role(a) == "classifier")
+# every classifier-role model is NormalizeLayer first; logits (B, K) only from classification ones
+NORMALIZED = sorted(a for a in MODELS if model_role(a) == "classifier")
+CLASSIFIERS = [a for a in NORMALIZED if model_task(a) == "classification"]
 
 
 def make(arch: str, num_classes: int = 7):
@@ -66,7 +72,7 @@ def test_model_gives_logits(arch):
     assert model.input_shape == SHAPES[arch] and model.num_classes == 7
 
 
-@pytest.mark.parametrize("arch", CLASSIFIERS)
+@pytest.mark.parametrize("arch", NORMALIZED)
 def test_state_dict_keys_are_normalize_then_net(arch):
     keys = list(make(arch).state_dict())
     assert keys[:2] == ["0.mean", "0.std"]
@@ -209,7 +215,7 @@ def test_registered_arch_parameters_are_checked_converted_and_completed():
     assert len(model.dncnn) == 2 + 3 * 2 + 1 and model.dncnn[0].out_channels == 8
 
 
-@pytest.mark.parametrize("arch", sorted(set(MODELS) - set(CLASSIFIERS)))
+@pytest.mark.parametrize("arch", sorted(set(MODELS) - set(NORMALIZED)))
 def test_denoisers_and_diffusion_models_are_bare(arch):
     """No NormalizeLayer: a denoiser maps pixels to pixels, a diffusion model has its own scale;
     mean, std and num_classes do not matter."""

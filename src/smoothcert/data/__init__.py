@@ -3,7 +3,8 @@ streamed image folders.
 
 Importing the package registers every dataset (``formats`` registers ``mnist``,
 ``fashion-mnist`` and ``cifar10``, ``datasets`` registers ``digits``, ``image_folders``
-registers ``imagenet`` and ``imagefolder``).
+registers ``imagenet`` and ``imagefolder``, ``dense`` registers ``fashion-mnist-seg`` and
+``fashion-mnist-box``, ``seg_folders`` registers ``segfolder``).
 """
 
 from ..registry import import_submodules

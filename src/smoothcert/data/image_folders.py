@@ -143,7 +143,9 @@ def _image_size(spec: DatasetSpec, image_size: int | None) -> int:
     return image_size
 
 
-def _split_folder(root: Path, split: str, name: str) -> Path:
+def _split_folder(root: Path, split: str, name: str,
+                  layout: str = "<class>/<image files>") -> Path:
+    """The folder of ``split`` under ``root``; ``layout`` is what the error says it should hold."""
     if not root.is_dir():
         raise SmoothcertError(f"--data-root {root} is not a folder")
     if split not in SPLITS:
@@ -154,7 +156,7 @@ def _split_folder(root: Path, split: str, name: str) -> Path:
             return root / sub
     wanted = " or ".join(f"{sub}/" for sub in names)
     raise SmoothcertError(f"{root} has no {wanted} folder; {name} needs "
-                          f"{root}/{names[0]}/<class>/<image files>")
+                          f"{root}/{names[0]}/{layout}")
 
 
 def _class_folders(folder: Path) -> list[str]:

@@ -47,4 +47,5 @@ class GaussianAugmentation(TrainingMethod):
         x_rep = copies(x, m)  # (m·B, C, H, W), copy-major
         logits = model(x_rep + noise_for_copies(noise, m).sample(x_rep, generator))
         ce = self.criterion(logits, copies(y, m))  # mean over all B·m noisy inputs
-        return {"loss": ce, "logits": logits[: x.shape[0]], "ce": ce.detach()}
+        key = "smooth_l1" if self.task == "regression" else "ce"  # the log's name of the loss
+        return {"loss": ce, "logits": logits[: x.shape[0]], key: ce.detach()}

@@ -1,6 +1,7 @@
 """Model registry (architectures and their roles), the normalization layer, input encodings and
 checkpoint I/O."""
 
+from . import dense_archs  # noqa: F401  (registers fcn_small and lenet_box)
 from .archs import (
     MODELS,
     ROLES,
