@@ -113,7 +113,7 @@ def median_table(records: Sequence) -> Table:
     rows = tuple((s.name, s.images, s.error,
                   *(s.width if s.eps == grid else (None,) * len(grid))) for s in summaries)
     return Table(keys=("name", "images", "clean_error", *labels),
-                 headers=("name", "images", "|median − target|", *labels),
+                 headers=("name", "images", "median error", *labels),
                  styles=("text", "int", "float3", *["float3"] * len(grid)), rows=rows)
 
 
