@@ -57,7 +57,7 @@ def sparse_images(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 def test_masks_and_boxes_match_the_pixelwise_oracle():
     images, classes = sparse_images(40, seed=1)
     masks, boxes = segmentation_masks(images, classes), item_boxes(images)
-    assert masks.dtype == torch.int64 and masks.shape == (40, 28, 28)
+    assert masks.dtype == torch.uint8 and masks.shape == (40, 28, 28)
     assert boxes.dtype == torch.float32 and boxes.shape == (40, 4)
     for i in range(40):
         mask, box = oracle(images[i, 0].numpy(), int(classes[i]))

@@ -43,10 +43,10 @@ _MEAN, _STD = (0.2860,), (0.3530,)  # fashion-mnist's (formats.py)
 
 
 def segmentation_masks(images: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
-    """Per-pixel labels (N, H, W) int64 of uint8 images (N, 1, H, W) with classes (N,): class + 1
+    """Per-pixel labels (N, H, W) uint8 of uint8 images (N, 1, H, W) with classes (N,): class + 1
     where v > THRESHOLD, 0 where v = 0, IGNORE_INDEX in between."""
     values = images[:, 0]
-    item = (classes.to(torch.int64) + 1).view(-1, 1, 1).expand_as(values)
+    item = (classes.to(torch.uint8) + 1).view(-1, 1, 1).expand_as(values)
     masks = torch.where(values > THRESHOLD, item, torch.zeros_like(item))
     return masks.masked_fill((values > 0) & (values <= THRESHOLD), IGNORE_INDEX)
 
