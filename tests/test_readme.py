@@ -65,6 +65,7 @@ def test_readme_image_folder_example_runs(tmp_path, monkeypatch, capsys):
 #   --epochs → 1 (a command without one keeps its recipe's: HEAT's 5, one per time step);
 #   --n → 200 (appended to certify and attack commands without one), --n0 → 20;
 #   --max → 4 (the README's --skip 100 takes at most 4 of the 359 digits test images anyway);
+#   --test-size → 100 (the test images a log's test columns are measured on);
 #   --noise discrete-gaussian → discrete-gaussian-quantized: digits' 1/16 steps are not 8-bit;
 #   train commands get --train-size 200 (a class-balanced subset of the 1,438 digits), and the
 #       data-dependent certifier --opt num_steps=5 (OptimizeSigma's gradient steps per input).
@@ -72,7 +73,7 @@ def test_readme_image_folder_example_runs(tmp_path, monkeypatch, capsys):
 # `printf` lines run in bash. The first block's `make demo` runs first, as a newcomer's does: the
 # Makefile's demo recipe, its sizes (smoothcert.cli.demo's TRAIN, N0, N, MAX) shrunk by the same
 # rules; `make test` is what CI itself runs.
-SHRUNK = {"--epochs": "1", "--n": "200", "--n0": "20", "--max": "4"}
+SHRUNK = {"--epochs": "1", "--n": "200", "--n0": "20", "--max": "4", "--test-size": "100"}
 RENAMED = {("--dataset", "fashion-mnist"): "digits", ("--arch", "lenet"): "digits_cnn",
            ("--noise", "discrete-gaussian"): "discrete-gaussian-quantized"}
 APPENDED = {"certify": ("--n",), "attack": ("--n",)}

@@ -164,6 +164,10 @@ class TrainConfig:
     train_size: int | None = field(default=None, metadata=_doc(
         "train on a fixed class-balanced subset of N training examples, the same for every run "
         "and seed (default: the whole training split)", metavar="N"))
+    test_size: int | None = field(default=None, metadata=_doc(
+        "measure the log's test columns on a fixed class-balanced subset of N test examples (a "
+        "segmentation or regression set's first N), the same every epoch (default: the whole "
+        "test split)", metavar="N"))
     arch_kwargs: dict = field(default_factory=dict, metadata=_doc(
         "keyword argument of the architecture, e.g. --arch-param depth=17 for dncnn or "
         "dropout=0.1 for a torchvision:/timm: model (repeatable; stored in the checkpoint; "
@@ -314,6 +318,7 @@ def _validated(c: TrainConfig) -> dict[str, Any]:
         "classifier": _check_classifier(c.classifier, method),
         "sigma_mode": _check_name("sigma_mode", c.sigma_mode, SIGMA_MODES),
         "train_size": None if c.train_size is None else check_count("train_size", c.train_size),
+        "test_size": None if c.test_size is None else check_count("test_size", c.test_size),
     }
     mode = build_sigma_mode(values["sigma_mode"], **_check_mapping("sigma_mode_params",
                                                                     c.sigma_mode_params))

@@ -43,7 +43,7 @@ import re
 import numpy as np
 import torch
 
-from ..data.datasets import ImageDataset, load_dataset
+from ..data.datasets import ImageDataset, balanced_subset, load_dataset
 from ..data.registry import DATASETS
 from ..errors import SmoothcertError
 from ..io import file_sha256
@@ -218,7 +218,10 @@ def evaluation_split(config):
     labelled test records (None without them: the columns are NaN)."""
     if config.label_records is not None:
         return labelled_split(config, "test")
-    return load_dataset(config.dataset, "test", config.data_root, image_size=config.image_size)
+    data = load_dataset(config.dataset, "test", config.data_root, image_size=config.image_size)
+    if config.test_size is None:
+        return data
+    return data.subset(balanced_subset(data.labels, config.test_size))
 
 
 def labels_meta(config, train_data) -> dict:
