@@ -57,3 +57,21 @@ def test_segment_honours_a_denoiser_precision_and_batch():
             p.zero_()  # a DnCNN predicts the noise and subtracts it: zero weights, x itself
     denoised = run(denoiser=identity)
     assert [r["map_sha256"] for r in denoised] == [r["map_sha256"] for r in plain]
+
+
+@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
+                    reason="Fashion-MNIST is not installed (Debian: dataset-fashion-mnist)")
+def test_a_classification_certifier_on_a_segmenter_is_one_line(tmp_path, capsys):
+    model = build_model("fcn_small", 11, (1, 28, 28), [0.286], [0.353], {"width": 2})
+    meta = checkpoint_meta(arch="fcn_small", dataset="fashion-mnist-seg", num_classes=11,
+                           input_shape=(1, 28, 28), mean=[0.286], std=[0.353],
+                           noise={"name": "gaussian", "sigma": 0.25},
+                           method={"name": "gaussian", "hparams": {}}, epoch=1, config={},
+                           arch_kwargs={"width": 2}, task="segmentation")
+    save_checkpoint(tmp_path / "seg.pt", model, meta)
+    out = tmp_path / "r.tsv"
+    code = main(["certify", str(tmp_path / "seg.pt"), "--n", "50", "--max", "2", "--out",
+                 str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--certifier segment" in err[0], err
+    assert not out.exists()
