@@ -69,6 +69,30 @@ def parser(doc: str, topic: str, writes: str = "records and README.md") -> argpa
     return p
 
 
+def start(argv, doc: str, here: Path, topic: str, runs) -> tuple:
+    """A driver's flags parsed (the shared ones, ``--device`` and ``--only NAME ...`` of
+    ``runs``) and where it writes prepared: (args, out, work, README path). ``work`` holds the
+    trained models: ``runs/<topic>/`` (out of git), or ``out/work`` for ``--quick``."""
+    p = parser(doc, topic)
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    p.add_argument("--only", nargs="*", choices=sorted(runs), help="run only these")
+    args = p.parse_args(argv)
+    out = output_folder(args, here, topic)
+    work = out / "work" if args.quick else ROOT / "runs" / topic
+    (out / "records").mkdir(parents=True, exist_ok=True)
+    return args, out, work, readme(out, here)
+
+
+def quick_readme(here: Path, out: Path) -> str:
+    """Run the driver in ``here`` with ``--quick`` into ``out`` (on Debian's Fashion-MNIST
+    where it is installed) and return the README it wrote: what a smoke test reads."""
+    data = "/usr/share/datasets/fashion-mnist"
+    cmd = [sys.executable, str(here / "run.py"), "--quick", "--out", str(out),
+           *(["--data-root", data] if Path(data).is_dir() else [])]
+    subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+    return (out / "README.md").read_text()
+
+
 def output_folder(args, here: Path, topic: str) -> Path:
     """Where this call writes: ``--out``, else the quick folder, else the study's own."""
     if args.out:

@@ -29,17 +29,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # studies/driver.py
 from driver import (  # noqa: E402
     RESAMPLES,
-    ROOT,
     SEED,
     SMOOTHCERT,
     call,
     complete,
     data_flags,
-    output_folder,
-    parser,
-    readme,
     report_blocks,
     splice_block,
+    start,
 )
 
 SEG_IMAGES, BOX_IMAGES, EVERY = 100, 250, 40  # every 40th test image
@@ -71,14 +68,7 @@ CLEAN = {"box_standard": None, **{f"box_gaussian_s{s}": f"median_s{s}" for s in 
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__, "segmentation-and-boxes", "records and README.md")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    p.add_argument("--only", nargs="*", choices=sorted(RUNS), help="certify only these")
-    args = p.parse_args(argv)
-    out = output_folder(args, HERE, "segmentation-and-boxes")
-    work = out / "work" if args.quick else ROOT / "runs" / "segmentation-and-boxes"
-    (out / "records").mkdir(parents=True, exist_ok=True)
-    doc = readme(out, HERE)
+    args, out, work, doc = start(argv, __doc__, HERE, "segmentation-and-boxes", RUNS)
     for name in args.only or RUNS:
         certify(name, out, work, args)
     report_blocks(out, doc, BLOCKS)

@@ -25,18 +25,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # studies/driver.py
 from driver import (  # noqa: E402
     RESAMPLES,
-    ROOT,
     SEED,
     SMOOTHCERT,
     call,
     complete,
     data_flags,
     interval_cell,
-    output_folder,
-    parser,
-    readme,
     report_blocks,
     splice_block,
+    start,
     write_verdicts,
 )
 
@@ -87,14 +84,7 @@ SIGMAS = ("050", "100")
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__, "threat-models", "records and README.md")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    p.add_argument("--only", nargs="*", choices=sorted(RUNS), help="train and certify only these")
-    args = p.parse_args(argv)
-    out = output_folder(args, HERE, "threat-models")
-    work = out / "work" if args.quick else ROOT / "runs" / "threat-models"
-    (out / "records").mkdir(parents=True, exist_ok=True)
-    doc = readme(out, HERE)
+    args, out, work, doc = start(argv, __doc__, HERE, "threat-models", RUNS)
     for name in args.only or RUNS:
         train_and_certify(name, out, work, args)
     report_blocks(out, doc, BLOCKS)
