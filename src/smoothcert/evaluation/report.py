@@ -74,15 +74,15 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
     """
     formatter, radii = get_format(fmt), _radii(radii)  # fail on a bad name before reading
     check_norm(norm)
-    check_outputs(paths, {"--plot": plot, "--ecdf": ecdf, "--sigma-hist": sigma_hist,
-                          "--plot-cost": plot_cost})
-    records = _read(paths, norm, common)
+    figures = {"--ecdf": ecdf, "--sigma-hist": sigma_hist, "--plot-cost": plot_cost}
+    check_outputs(paths, {"--plot": plot, **figures})
+    records, certify_only = _read(paths, norm, common), {**figures, "--envelope": envelope,
+                                                         "--cost": cost}
     if (dense := dense_table(records)) is not None:  # segmentation or median files
+        refuse(certify_only | {"--plot": plot, "--norm": norm}, "segmentation or median")
         return formatter(dense)
     if _attack_files(records):
-        if envelope or ecdf is not None or sigma_hist is not None or cost or plot_cost:
-            raise SmoothcertError("the envelope, the p̂_A ECDF, the σ histogram and the cost "
-                                  "need CERTIFY record files, not attack records")
+        refuse(certify_only, "attack")
         return formatter(_attack_report(records, radii, plot))
     if envelope:
         _check_one_dataset(records, "--envelope")
@@ -100,6 +100,14 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
         plot_cost_frontier(records, plot_cost, cost_radius)
     _figures(records, plot, envelope, ecdf, sigma_hist, norm)
     return formatter(with_datasets(with_units(table, records, norm), records))
+
+
+def refuse(flags: dict, files: str) -> None:
+    """One line naming the ``flags`` given (not None or False) that ``files`` records lack."""
+    given = [flag for flag, value in flags.items() if value not in (None, False)]
+    if given:
+        raise SmoothcertError(f"{', '.join(given)} need CERTIFY record files, not {files} "
+                              f"records")
 
 
 def _read(paths, norm: str | None, common: bool) -> list:
