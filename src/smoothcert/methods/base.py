@@ -294,6 +294,13 @@ def task_loss(task: str, outputs: torch.Tensor, y: torch.Tensor,
     return F.cross_entropy(outputs, y, ignore_index=ignore)
 
 
+def pixel_rows(logits: torch.Tensor) -> torch.Tensor:
+    """Per-pixel logits (B, K, H, W) as rows (B·H·W, K), image by image (B-major); class
+    logits (B, K) as they are: a loss written for rows of class logits then treats every pixel
+    as an input of its own."""
+    return logits if logits.dim() == 2 else logits.movedim(1, -1).reshape(-1, logits.shape[1])
+
+
 def task_correct(task: str, outputs: torch.Tensor, y: torch.Tensor,
                  ignore_index: int | None = None):
     """(correct, judged) for an accuracy: images whose top class is their label; labelled

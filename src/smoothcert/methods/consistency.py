@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from ..errors import SmoothcertError, check_count, check_nonnegative
 from ..registry import option
 from ..tensors import copies
-from .base import TrainingMethod, noise_for_copies, register_method
+from .base import TrainingMethod, noise_for_copies, pixel_rows, register_method
 
 VARIANTS = ("default", "mse", "kl", "xent")
 
@@ -114,7 +114,12 @@ class ConsistencyRegularization(TrainingMethod):
     ``"ce"``, ``"consistency"`` (the whole regularizer) and ``"entropy"`` (H(p̄), batch mean).
     A per-sample σ (a (B,) tensor, data-dependent training) is repeated copy-major with the
     inputs: all m draws of input i have standard deviation σ_i.
+
+    A segmentation model is regularized per pixel: each pixel's m predictions are one input's
+    (``base.pixel_rows``), averaged over the pixels, beside the task's per-pixel cross-entropy.
     """
+
+    tasks = ("classification", "segmentation")
 
     supports_per_sample_sigma = True
 
@@ -135,12 +140,13 @@ class ConsistencyRegularization(TrainingMethod):
         m, b = self.num_noise, x.shape[0]
         x_rep = copies(x, m)  # (m·B, C, H, W), copy-major
         logits = model(x_rep + noise_for_copies(noise, m).sample(x_rep, generator))
-        ce = F.cross_entropy(logits, copies(y, m))  # = (1/m) Σ_j CE_j, each a batch mean
-        draws = logits.view(m, b, -1)  # (m, B, C), one row of draws per noise copy
+        ce = self.criterion(logits, copies(y, m))  # = (1/m) Σ_j CE_j, each a batch mean
+        rows = pixel_rows(logits)  # a segmenter's pixels as inputs of their own
+        draws = rows.view(m, -1, rows.shape[1])  # (m, B, C), one row of draws per noise copy
         reg, h = _regularizer(draws, self.lbd, self.eta, self.variant)
         return {
             "loss": ce + reg,
-            "logits": draws[0],
+            "logits": logits[:b],
             "ce": ce.detach(),
             "consistency": reg.detach(),
             "entropy": h,

@@ -45,7 +45,12 @@ class StabilityTraining(TrainingMethod):
 
     ``"logits"`` are those of the noisy input (the training accuracy the authors log).
     Logged: ``"ce"`` (clean cross-entropy) and ``"stability"`` (the soft cross-entropy term).
+
+    A segmentation model is trained per pixel: the task's per-pixel cross-entropy
+    (``base.task_loss``) and the soft cross-entropy at every pixel, averaged over the pixels.
     """
+
+    tasks = ("classification", "segmentation")
 
     @dataclass(frozen=True)
     class Options:
@@ -57,7 +62,7 @@ class StabilityTraining(TrainingMethod):
     def loss(self, model, x, y, noise, generator):
         logits_clean = model(x)
         logits_noisy = model(x + noise.sample(x, generator))
-        ce = F.cross_entropy(logits_clean, y)
+        ce = self.criterion(logits_clean, y)
         stab = stability_loss(logits_noisy, logits_clean)
         return {
             "loss": ce + self.lbd * stab,
