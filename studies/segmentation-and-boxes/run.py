@@ -106,13 +106,13 @@ def certify(name: str, out: Path, work: Path, args) -> None:
          capture=True)
 
 
-def paired_interval(diff: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
-    """The mean of the per-image differences and its percentile bootstrap interval (RESAMPLES
-    resamples of the images, generator seeded with SEED)."""
-    rng = np.random.default_rng(SEED)
-    means = diff[rng.integers(0, len(diff), (RESAMPLES, len(diff)))].mean(axis=1)
-    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return float(diff.mean()), float(low), float(high)
+def paired_interval(first: np.ndarray, second: np.ndarray) -> tuple[float, float, float]:
+    """(estimate, low, high) of mean(second) − mean(first) over paired images: the library's
+    95% percentile bootstrap (RESAMPLES resamples, seed SEED)."""
+    from smoothcert.evaluation.intervals import paired_bootstrap
+
+    i = paired_bootstrap(first, second, resamples=RESAMPLES, seed=SEED)
+    return i.estimate, i.low, i.high
 
 
 def _cell(estimate: float, low: float, high: float, scale: float = 100.0) -> str:
@@ -136,11 +136,12 @@ def write_holm_verdicts(out: Path, doc: Path) -> None:
         h, b = ({int(i): k for k, i in enumerate(r["idx"])} for r in (holm, bonf))
         rows = [(h[int(i)], b[int(i)]) for i in both]
         pixels = (holm["certified"] + holm["abstained"])[[a for a, _ in rows]].astype(float)
-        acc = np.array([holm["pixel_accuracy"][a] - bonf["pixel_accuracy"][c] for a, c in rows])
-        cert = np.array([holm["certified"][a] - bonf["certified"][c] for a, c in rows]) / pixels
-        more = int(np.sum(cert > 0))
-        lines.append(f"| {SIGMAS[s]} | {TAUS[t]} | {len(rows)} | {_cell(*paired_interval(acc))} "
-                     f"| {_cell(*paired_interval(cert))} | {more} of {len(rows)} |\n")
+        a, c = (np.array(side) for side in zip(*rows))
+        acc = paired_interval(bonf["pixel_accuracy"][c], holm["pixel_accuracy"][a])
+        cert = paired_interval(bonf["certified"][c] / pixels, holm["certified"][a] / pixels)
+        more = int(np.sum(holm["certified"][a] > bonf["certified"][c]))
+        lines.append(f"| {SIGMAS[s]} | {TAUS[t]} | {len(rows)} | {_cell(*acc)} | {_cell(*cert)} "
+                     f"| {more} of {len(rows)} |\n")
     head = ("| σ | τ | images | Holm − Bonferroni: certified pixel accuracy (points) | "
             "certified pixels (points of all pixels) | images where Holm certifies more |\n"
             "| ---: | ---: | ---: | --- | --- | ---: |\n")
@@ -177,7 +178,7 @@ def write_clean_errors(out: Path, doc: Path, work: Path, args) -> None:
             t = np.stack([parse_vector(c) for c in r["target"]])
             g = np.abs(m - t).mean(axis=1)
             smoothed = f"{g.mean():.3f}"
-            e, lo, hi = paired_interval(g - errors["box_standard"])
+            e, lo, hi = paired_interval(errors["box_standard"], g)
             word = "tie" if lo <= 0 <= hi else "g larger" if lo > 0 else "g smaller"
             versus = f"{e:+.3f} [{lo:+.3f}, {hi:+.3f}] {word}"
         lines.append(f"| {model} | {len(idx)} | {errors[model].mean():.3f} | {smoothed} | "
