@@ -218,10 +218,15 @@ def evaluation_split(config):
     labelled test records (None without them: the columns are NaN)."""
     if config.label_records is not None:
         return labelled_split(config, "test")
-    data = load_dataset(config.dataset, "test", config.data_root, image_size=config.image_size)
-    if config.test_size is None:
-        return data
-    return data.subset(balanced_subset(data.labels, config.test_size))
+    return sized_split(config, "test", config.test_size)
+
+
+def sized_split(config, split: str, size: int | None):
+    """The dataset's ``split``, whole (``size`` None) or its fixed class-balanced subset of
+    ``size`` examples (:func:`~smoothcert.data.datasets.balanced_subset`: the same for every run
+    and seed)."""
+    data = load_dataset(config.dataset, split, config.data_root, image_size=config.image_size)
+    return data if size is None else data.subset(balanced_subset(data.labels, size))
 
 
 def labels_meta(config, train_data) -> dict:

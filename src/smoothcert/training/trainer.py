@@ -24,7 +24,7 @@ try:
 except ImportError:  # Windows
     resource = None
 
-from ..data.datasets import ImageDataset, balanced_subset, load_dataset
+from ..data.datasets import ImageDataset
 from ..data.transforms import augment
 from ..errors import SmoothcertError, check_count
 from ..methods import METHODS, EpochContext, build_method
@@ -38,7 +38,7 @@ from ..runs.inputs import default_workers
 from ..runs.progress import progress_meter
 from .config import TrainConfig
 from .distributed import World, merge_rows
-from .labels import evaluation_split, labelled_split, labels_meta
+from .labels import evaluation_split, labelled_split, labels_meta, sized_split
 from .optim import OPTIMIZERS, SCHEDULES
 from .sigma_modes import build_sigma_mode
 
@@ -343,10 +343,7 @@ def _training_split(config: TrainConfig) -> ImageDataset:
     subset of ``config.train_size`` examples; a selection model's labelled examples."""
     if config.label_records is not None:
         return labelled_split(config, "train")
-    data = load_dataset(config.dataset, "train", config.data_root, image_size=config.image_size)
-    if config.train_size is None:
-        return data
-    return data.subset(balanced_subset(data.labels, config.train_size))
+    return sized_split(config, "train", config.train_size)
 
 
 def _check_same_classes(train, test) -> None:
