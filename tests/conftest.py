@@ -55,6 +55,19 @@ COHEN_ROWS = [
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25)
 
 
+class DataParallelKeys(nn.Module):
+    """What the references' ``nn.DataParallel(net)`` saves (keys ``module.*``) and computes,
+    without DataParallel's move of ``net`` to cuda:0 where exactly one GPU is visible: the
+    tests compare it with the library's model on CPU tensors wherever they run."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x):
+        return self.module(x)
+
+
 def write_checkpoint(path, arch="digits_cnn", num_classes=10, input_shape=(1, 8, 8),
                      method="gaussian"):
     """A freshly initialised (seed 0) checkpoint in smoothcert's format, for CLI tests."""

@@ -100,6 +100,21 @@ def test_normalize_layer_math_and_buffers():
     assert set(layer.state_dict()) == {"mean", "std"}
 
 
+def test_normalize_layer_survives_a_buffer_rewritten_between_forwards():
+    # DistributedDataParallel copies every buffer in place from rank 0 before each forward. A
+    # loss of two forwards (stability: clean and noisy; consistency: m noise copies) then runs
+    # backward through a graph whose first forward saw the buffer before that copy; had the
+    # division saved the buffer itself, backward would refuse it as modified in place.
+    layer = NormalizeLayer([0.5], [0.25])
+    x = torch.rand(2, 1, 3, 3, requires_grad=True)
+    first = layer(x)
+    with torch.no_grad():
+        layer.std.copy_(torch.tensor([0.25]).view(1, 1, 1))  # DDP's broadcast, on rank > 0
+    (first.sum() + layer(x).sum()).backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 2 / 0.25))
+    assert torch.equal(first, (x - 0.5) / 0.25)  # the same numbers as the plain division
+
+
 @pytest.mark.parametrize("mean,std", [([0.1, 0.2], [0.3]), ([0.1], [0.0]), ([0.1], [-1.0])])
 def test_normalize_layer_rejects_bad_statistics(mean, std):
     with pytest.raises(SmoothcertError):

@@ -118,21 +118,21 @@ class NormalizeLayer(nn.Module):
     """(x − mean) / std per channel; x (B, C, H, W) in pixel units.
 
     ``mean`` and ``std`` are persistent buffers of shape (C, 1, 1), so they travel with the state
-    dict and the model's device.
+    dict and the model's device. Backward keeps a copy of ``std`` (C numbers, the same values),
+    not the buffer: DDP re-broadcasts buffers in place before each forward, which broke a loss of
+    several forwards on ranks > 0 ("modified by an inplace operation", torch 2.11).
     """
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]):
         super().__init__()
         if len(mean) != len(std) or not all(s > 0 for s in std):
-            raise SmoothcertError(
-                f"normalization needs one mean and one positive std per channel, "
-                f"got mean={tuple(mean)} std={tuple(std)}"
-            )
+            raise SmoothcertError("normalization needs one mean and one positive std per "
+                                  f"channel, got mean={tuple(mean)} std={tuple(std)}")
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(-1, 1, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.mean) / self.std
+        return (x - self.mean) / self.std.clone()
 
 
 def build_model(
