@@ -10,6 +10,7 @@ import torchvision
 from PIL import Image
 from torch import nn
 
+from conftest import DataParallelKeys
 from smoothcert.cli.app import main
 from smoothcert.data.datasets import load_dataset
 from smoothcert.runs.records import read_records
@@ -46,7 +47,7 @@ def test_cohen_resnet50_certifies_on_an_imagenet_folder(tmp_path, capsys):
     assert data.classes[0] == "n00000000" and data.samples[999][1] == 999
 
     torch.manual_seed(0)
-    reference = nn.Sequential(CohenNormalize(), nn.DataParallel(torchvision.models.resnet50()))
+    reference = nn.Sequential(CohenNormalize(), DataParallelKeys(torchvision.models.resnet50()))
     assert next(iter(reference.state_dict())).startswith("1.module.")
     torch.save({"epoch": 90, "arch": "resnet50", "state_dict": reference.state_dict(),
                 "optimizer": {}}, tmp_path / "checkpoint.pth.tar")

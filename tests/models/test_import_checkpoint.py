@@ -16,6 +16,7 @@ import torch
 import torchvision
 from torch import nn
 
+from conftest import DataParallelKeys
 from smoothcert.cli.app import main
 from smoothcert.errors import SmoothcertError
 from smoothcert.methods import METHODS
@@ -285,7 +286,7 @@ def ref_nets():
 
 
 def reference_model(fmt, dataset, net):
-    body = nn.DataParallel(net) if dataset == "imagenet" else net
+    body = DataParallelKeys(net) if dataset == "imagenet" else net
     return nn.Sequential(reference_first_layer(fmt, dataset), body).eval()
 
 
@@ -297,18 +298,11 @@ def save_as_reference(path, model, arch, epoch=90):
     return path
 
 
-def reference_forward(model, x):
-    """model(x), calling the network inside DataParallel directly: DataParallel's own forward
-    wants its module on cuda:0 where a GPU is visible."""
-    first, body = model
-    return getattr(body, "module", body)(first(x))
-
-
 def assert_equals_reference(out, model, dataset):
     ours, meta = model_from_checkpoint(out)
     x = torch.rand(2, *SHAPES[dataset], generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        torch.testing.assert_close(ours.eval()(x), reference_forward(model, x))
+        torch.testing.assert_close(ours.eval()(x), model(x))
     return meta
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import DataParallelKeys
 from smoothcert.cli.app import main
 from smoothcert.denoisers import DnCNN, load_denoiser
 from smoothcert.models import load_checkpoint, model_from_checkpoint
@@ -57,7 +58,7 @@ def reference_denoiser(width, seed=0):
 
 
 def save_as_train_denoiser(path, arch, net, data_parallel, epoch=90, with_arch=True):
-    denoiser = nn.DataParallel(net) if data_parallel else net
+    denoiser = DataParallelKeys(net) if data_parallel else net
     optimizer = torch.optim.Adam(denoiser.parameters(), lr=1e-3, weight_decay=1e-4)
     state = {"epoch": epoch, "arch": arch, "state_dict": denoiser.state_dict(),
              "optimizer": optimizer.state_dict()}
