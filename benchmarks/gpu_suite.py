@@ -4,10 +4,12 @@
 For each model and engine setting (``fp32``, an acceleration, or several joined by ``+``:
 ``bf16+channels_last+compile``), on whatever device is present. ``default`` is what
 ``smoothcert certify`` runs with on this device when no flag is given, for a long run of one
-classifier (``cli.dataset_run.device_defaults``: on CUDA channels-last and compile, float32);
-``compile_cudagraphs`` and ``compile_autotune`` are ``compile`` in torch.compile's modes
-``reduce-overhead`` (CUDA graphs) and ``max-autotune``, tried here before any is adopted. A
-batch that does not fit in the device's memory is recorded as such and skipped.
+classifier (``cli.dataset_run.device_defaults``: on CUDA channels-last and compile in mode
+``reduce-overhead``, CUDA graphs, float32; its batch, measured by the CLI before the first row,
+is here the sweep's best); ``compile_cudagraphs`` and ``compile_autotune`` are ``compile`` in
+torch.compile's modes ``reduce-overhead`` and ``max-autotune`` (the engine's ``compile_mode``).
+A batch that does not fit in the device's memory is recorded as such and skipped. Each model's
+summary line gives ``default`` beside the best setting: both seconds per image and their ratio.
 
 * ``reference``: Cohen et al.'s ``_sample_noise`` loop (``certify_throughput.reference``),
   float32 eager, at its best batch; timed on ``--reference-n`` draws and scaled linearly to n;
@@ -86,7 +88,7 @@ PEAKS = [(("H100", "PCIe"), (756, 378, 51)), (("H100", "NVL"), (835, 418, 60)),
 DEFAULT_SETTINGS = ["fp32", "channels_last", "default", "bf16", "bf16+channels_last", "compile",
                     "bf16+channels_last+compile"]
 COMPILE_MODES = {"compile_cudagraphs": "reduce-overhead", "compile_autotune": "max-autotune"}
-"""Setting parts: ``compile`` in another torch.compile mode (``ModeVotes``)."""
+"""Setting parts: ``compile`` in another torch.compile mode (the engine's ``compile_mode``)."""
 # pair: its classifier, behind google/ddpm-cifar10-32's UNet (ResNet-20: a cheaper one, for tests)
 DENOISED = {"ddpm_cifar10+cifar_resnet110": "cifar_resnet110",
             "ddpm_cifar10+cifar_resnet20": "cifar_resnet20"}
@@ -118,28 +120,8 @@ def setting_kwargs(name: str, device_type: str = "cuda") -> dict:
     return kwargs
 
 
-class ModeVotes(BatchedVotes):
-    """The engine with its model compiled in torch.compile mode ``compile_mode`` (the engine
-    compiles in the default mode): the engine's own preparation (channels-last), then the
-    compilation, cached per model as the engine's."""
-
-    def __init__(self, *, compile_mode: str, **kwargs):
-        super().__init__(**kwargs)
-        self.compile_mode, self._compiled = compile_mode, None
-
-    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
-        if self._compiled is None or self._compiled[0] is not model:
-            self.compile = False  # the engine's eager preparation only
-            eager = super().prepare(model)
-            self.compile = True  # a compiled model keeps one batch shape: the engine pads
-            self._compiled = (model, torch.compile(eager, dynamic=False, mode=self.compile_mode))
-        return self._compiled[1]
-
-
 def votes_for(kwargs: dict) -> BatchedVotes:
     """The engine of a setting's keyword arguments."""
-    if "compile_mode" in kwargs:
-        return ModeVotes(**kwargs)
     return BatchedVotes(**kwargs)
 
 
@@ -355,6 +337,10 @@ def summary(name: str, settings: list[dict], args) -> str:
     if time_goal(name, args):
         line += f"; goal ≤ {time_goal(name, args):g} s/image on an H100: " \
                 f"{verdict(goal(s, time_goal(name, args), lower=True))}"
+    default = next((r for r in settings if r["setting"] == "default"), None)
+    if default is not None:  # what a user gets with no flag, against the best
+        d = default["seconds_per_image"]["engine"]
+        line += f"; default (no flag) {num(d)} s/image, {d / s:.2f}× the best"
     missed = [r["setting"] for r in settings if not r["goals"]["engine_over_ceiling"]["met"]]
     return line + f"; engine ≥ {GOAL_RATIO} of the ceiling at every setting: " + \
         ("met" if not missed else f"missed at {', '.join(missed)}")
@@ -363,7 +349,9 @@ def summary(name: str, settings: list[dict], args) -> str:
 def setting_name(kwargs: dict) -> list[str]:
     """The parts of a setting's name, from its engine keyword arguments."""
     parts = [kwargs["precision"]] if "precision" in kwargs else []
-    return parts + [key for key in ("channels_last", "compile") if kwargs.get(key)]
+    parts += [key for key in ("channels_last", "compile") if kwargs.get(key)]
+    modes = {mode: part for part, mode in COMPILE_MODES.items()}
+    return [modes.get(kwargs.get("compile_mode"), p) if p == "compile" else p for p in parts]
 
 
 def ordered(settings: list[str]) -> list[str]:

@@ -4,10 +4,13 @@
 #   PART=main (the default): CERTIFY seconds per image (n0 = 100, n = 100,000, α = 0.001) of
 #     cifar_resnet110 and resnet50, reference vs engine per setting vs forward ceiling, at
 #     `default` (what `smoothcert certify` now runs with on CUDA, no flag given: channels-last
-#     and compile, float32) beside fp32, channels_last and bf16 with and without compile, at
-#     batches up to 4000; then the denoised rows: google/ddpm-cifar10-32's UNet (random
-#     weights) + cifar_resnet110, fixed-n and sequential on the 2σ grid, fp32 and
-#     bf16+channels_last. About 5 minutes of an H100 (estimated from the 4 measured 2026-11-25).
+#     and compile with CUDA graphs, float32) beside fp32, channels_last, bf16+channels_last and
+#     the best setting measured so far, bf16+channels_last+compile_cudagraphs (4.30 s/image on
+#     an H200), at batches up to 4000; each model's summary line gives default and the best
+#     setting in seconds per image and their ratio; then the denoised rows:
+#     google/ddpm-cifar10-32's UNet (random weights) + cifar_resnet110, fixed-n and sequential
+#     on the 2σ grid, fp32 and bf16+channels_last. About 5 minutes of an H100 (estimated from
+#     the 4 measured 2026-11-25).
 #   PART=forward: the forward itself, for the goals ResNet-110 ≤ 0.6 s/image and ResNet-50
 #     ≤ 3 s/image: bf16+channels_last eager at batches 1000-8000 (a batch that does not fit is
 #     skipped), then compiled in torch.compile's modes default, reduce-overhead (CUDA graphs)
@@ -44,7 +47,8 @@ main)
     name=gpu_suite
     part=(--models cifar_resnet110 resnet50 ddpm_cifar10+cifar_resnet110
           --batches 256 512 1000 2000 4000
-          --settings fp32 channels_last default bf16+channels_last bf16+channels_last+compile
+          --settings fp32 channels_last default bf16+channels_last
+          bf16+channels_last+compile_cudagraphs
           --denoised-settings fp32 bf16+channels_last --denoised-batches 500 1000
           --denoised-sweep-n 2000 --denoised-reference-n 1000 --denoised-images 1
           --sequential-images 10 --sequential-tests union targeted) ;;

@@ -113,6 +113,25 @@ def test_time_goals_apply_to_their_workload_only(suite):
     assert "every setting: met" in line
 
 
+def test_the_summary_gives_the_default_beside_the_best(suite):
+    """What a user gets with no flag against the best setting: seconds per image, ratio."""
+    def result(setting, seconds):
+        return {"setting": setting, "best_batch": 2000,
+                "seconds_per_image": {"reference": 16.0, "engine": seconds},
+                "goals": {"engine_over_ceiling": {"met": True}}}
+
+    args = suite.argparse.Namespace(n0=100, n=100_000)
+    line = suite.summary("resnet50", [result("default", 8.6),
+                                      result("bf16+channels_last+compile_cudagraphs", 4.3)], args)
+    assert "best setting bf16+channels_last+compile_cudagraphs at batch 2000: 4.300" in line
+    assert "default (no flag) 8.600 s/image, 2.00× the best" in line
+    assert "default (no flag)" not in suite.summary("resnet50", [result("fp32", 8.6)], args)
+    assert suite.setting_name({"channels_last": True, "compile": True,
+                               "compile_mode": "reduce-overhead"}) == [
+        "channels_last", "compile_cudagraphs"]
+    assert suite.setting_name({"precision": "bf16", "compile": True}) == ["bf16", "compile"]
+
+
 def test_new_settings_the_cli_default_and_compile_modes(suite, monkeypatch):
     """``default`` is what the CLI runs with on the device for a long run of one classifier;
     the compile modes compile the engine's prepared (channels-last) model in their mode, once,
@@ -120,7 +139,8 @@ def test_new_settings_the_cli_default_and_compile_modes(suite, monkeypatch):
     from smoothcert.cli import dataset_run
 
     monkeypatch.setattr(dataset_run, "compiler_available", lambda: True)
-    assert suite.setting_kwargs("default") == {"channels_last": True, "compile": True}
+    assert suite.setting_kwargs("default") == {"channels_last": True, "compile": True,
+                                               "compile_mode": "reduce-overhead"}
     assert suite.setting_kwargs("default", "cpu") == {}  # the CPU default is float32 eager
     assert suite.setting_kwargs("bf16+channels_last+compile_autotune") == {
         "precision": "bf16", "channels_last": True, "compile": True,
@@ -199,6 +219,7 @@ def test_the_shell_script_runs_valid_settings(suite, part, tmp_path):
     assert (args.n0, args.n) == suite.GOAL_WORKLOAD
     if part == "main":
         assert "default" in args.settings and "fp32" in args.settings
+        assert "bf16+channels_last+compile_cudagraphs" in args.settings  # the best measured
         assert "ddpm_cifar10+cifar_resnet110" in args.models
     else:
         assert {"bf16+channels_last+compile_cudagraphs", "bf16+channels_last+compile_autotune",

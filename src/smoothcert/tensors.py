@@ -1,4 +1,5 @@
-"""Small torch utilities shared by every layer: model modes, devices, frozen parameters, copies."""
+"""Small torch utilities shared by every layer: model modes, devices, frozen parameters, copies,
+the dtype a model takes its inputs in."""
 
 from __future__ import annotations
 
@@ -42,3 +43,17 @@ def frozen(model: nn.Module):
 def copies(x: torch.Tensor, m: int) -> torch.Tensor:
     """``x`` (B, ...) repeated m times copy-major: row j·B + i is input i (``x.repeat``)."""
     return x.repeat((m,) + (1,) * (x.dim() - 1))
+
+
+def input_dtype(model: nn.Module) -> torch.dtype | None:
+    """The dtype of the model's first floating-point parameter or buffer (None: it has none)."""
+    tensors = (t for group in (model.parameters(), model.buffers()) for t in group)
+    return next((t.dtype for t in tensors if t.is_floating_point()), None)
+
+
+def model_input(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """``batch`` cast to the model's dtype where they differ (a half or bf16 model, float64
+    inputs), so that every caller of a model (the engine, attacks, σ optimization) feeds it
+    alike instead of failing in torch with "Input type and bias type should be the same"."""
+    wanted = input_dtype(model)
+    return batch if wanted in (None, batch.dtype) else batch.to(wanted)

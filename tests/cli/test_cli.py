@@ -325,13 +325,13 @@ def test_certify_help_lists_every_certifier_with_its_options_and_every_noise(cap
 def test_train_help_has_a_flag_for_every_config_field_with_its_default(capsys, monkeypatch):
     import dataclasses
 
-    from smoothcert.cli.train import _flag
+    from smoothcert.cli.catalog import field_flag
     from smoothcert.training import TrainConfig
 
     text = train_help(capsys, monkeypatch)
     actions = {a.dest: a for a in subparsers()["train"]._actions}
     for f in dataclasses.fields(TrainConfig):
-        action, flag = actions[f.name], _flag(f)
+        action, flag = actions[f.name], field_flag(f)
         assert flag in action.option_strings and flag in text
         assert action.default is argparse.SUPPRESS  # unset: the recipe's value stands
         if f.name in ("dataset", "arch", "epochs"):  # sigma: not for methods without noise
@@ -345,7 +345,7 @@ def test_train_help_has_a_flag_for_every_config_field_with_its_default(capsys, m
     parser, checked = subparsers()["train"], []
     shown = shown_defaults(parser)
     for f in dataclasses.fields(TrainConfig):
-        flag = _flag(f)
+        flag = field_flag(f)
         if f.default in (dataclasses.MISSING, None):
             continue
         if isinstance(f.default, bool):  # a switch: --nesterov / --no-nesterov

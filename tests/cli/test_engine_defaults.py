@@ -1,7 +1,9 @@
 """The engine settings certify, predict and attack run with when a flag is left out: on CUDA
-channels-last, and torch.compile for a long run (examples × (n0 + n) ≥ LONG_RUN_DRAWS); on the CPU
-neither; a record file already on disk (or a sibling shard's) keeps the settings it was made
-with, so a file from before these defaults resumes with the flags it was made with, or none.
+channels-last, and torch.compile with CUDA graphs (mode reduce-overhead) for a long run
+(examples × (n0 + n) ≥ LONG_RUN_DRAWS), the batch measured where --batch is left out and bf16's
+time measured beside a long float32 run's; on the CPU none of these; a record file already on
+disk (or a sibling shard's) keeps the settings it was made with, so a file from before these
+defaults resumes with the flags it was made with, or none.
 
 No GPU is needed: the device choice is faked (``resolve_device``, ``rank_device``) and the run
 itself replaced by a recorder of what ``certify_dataset`` was asked to do."""
@@ -12,6 +14,7 @@ from conftest import write_checkpoint
 from smoothcert.cli import dataset_run
 from smoothcert.cli.app import main
 from smoothcert.runs.records import read_records
+from smoothcert.smoothing.probe import BATCHES, Tuning
 
 SHORT = ["--n0", "10", "--n", "100", "--max", "4", "--batch", "50", "--no-progress"]
 # the digits test split holds 359 examples: 359 × 100,000 draws ≥ LONG_RUN_DRAWS
@@ -42,32 +45,59 @@ def cuda(monkeypatch):
     monkeypatch.setattr(dataset_run, "compiler_available", lambda: True)
 
 
+def cuda_notes(caplog) -> list[str]:
+    """The notes the CLI logged on what the CUDA defaults chose (cleared)."""
+    said = [r.getMessage() for r in caplog.records if "CUDA defaults" in r.getMessage()]
+    caplog.clear()
+    return said
+
+
 def test_long_cuda_runs_default_to_channels_last_and_compile(ckpt, tmp_path, fake_run, cuda,
-                                                           capsys):
+                                                           caplog):
     assert 359 * 100_000 >= dataset_run.LONG_RUN_DRAWS > 4 * 100_000
-    assert main(["certify", str(ckpt), "--out", str(tmp_path / "a.tsv"), *LONG]) == 0
+    assert main(["certify", str(ckpt), "--out", str(tmp_path / "a.tsv"), "--n0", "100",
+                 "--n", "100000", "--no-progress"]) == 0
     assert fake_run[-1]["engine"] == {"precision": "fp32", "channels_last": True,
-                                      "compile": True}
-    err = capsys.readouterr().err.splitlines()
-    hints = [line for line in err if "--precision bf16" in line]
-    assert len(hints) == 1 and "certifies the bf16 classifier" in hints[0]
-    assert any("--no-channels-last" in line and "--no-compile" in line for line in err)
+                                      "compile": True, "compile_mode": "reduce-overhead"}
+    # no --batch: measured, and bf16's time beside this long float32 run's (runs/tuning.py)
+    assert fake_run[-1]["tune"] == Tuning(BATCHES, ("bf16",))
+    assert fake_run[-1]["batch"] == dataset_run.DEFAULT_BATCH  # where none is measured
+    (note,) = cuda_notes(caplog)
+    assert "compile-mode reduce-overhead" in note
+    assert "(--no-channels-last, --no-compile, --compile-mode default to change)" in note
 
-    # a short run is not worth a compilation, and gets no bf16 hint
-    assert main(["certify", str(ckpt), "--out", str(tmp_path / "b.tsv"), *SHORT]) == 0
+    # a short run is not worth a compilation; its batch is still measured where it pays
+    assert main(["certify", str(ckpt), "--out", str(tmp_path / "b.tsv"), *SHORT[:-3],
+                 "--no-progress"]) == 0
     assert fake_run[-1]["engine"] == {"precision": "fp32", "channels_last": True,
-                                      "compile": False}
-    assert "--precision bf16" not in capsys.readouterr().err
+                                      "compile": False, "compile_mode": "default"}
+    assert fake_run[-1]["tune"] == Tuning(BATCHES, ())
+    (note,) = cuda_notes(caplog)
+    assert "compile off (--no-channels-last, --compile to change)" in note
 
-    # each is switched off, or on, by its flag; predict and attack share them
+    # each is switched off, or on, by its flag; predict and attack share them; a --batch
+    # given is not measured, bf16's time still is
     assert main(["predict", str(ckpt), "--out", str(tmp_path / "c.tsv"), *LONG[2:],
                  "--no-channels-last", "--no-compile"]) == 0
     assert fake_run[-1]["engine"] == {"precision": "fp32", "channels_last": False,
-                                      "compile": False}
+                                      "compile": False, "compile_mode": "default"}
+    assert fake_run[-1]["tune"] == Tuning((), ("bf16",)) and fake_run[-1]["batch"] == 50
     assert main(["attack", str(ckpt), "--epsilon", "0.5", "--out", str(tmp_path / "d.tsv"),
                  *SHORT[2:], "--compile", "--precision", "bf16"]) == 0
     assert fake_run[-1]["engine"] == {"precision": "bf16", "channels_last": True,
-                                      "compile": True}
+                                      "compile": True, "compile_mode": "reduce-overhead"}
+    assert fake_run[-1]["tune"] is None  # its batch given, and bf16 already
+    assert main(["certify", str(ckpt), "--out", str(tmp_path / "e.tsv"), *SHORT,
+                 "--compile-mode", "max-autotune"]) == 0  # a mode that compiles compiles
+    assert fake_run[-1]["engine"] == {"precision": "fp32", "channels_last": True,
+                                      "compile": True, "compile_mode": "max-autotune"}
+
+
+def test_the_cli_knows_the_engines_compile_modes():
+    """The CLI spells them out (its --help imports no torch); the engine's are the truth."""
+    from smoothcert.smoothing.engine import COMPILE_MODES
+
+    assert dataset_run.COMPILE_MODES == COMPILE_MODES and dataset_run.GRAPHS_MODE in COMPILE_MODES
 
 
 def test_no_compile_by_default_without_a_compiler(ckpt, tmp_path, fake_run, cuda, monkeypatch):
@@ -82,7 +112,8 @@ def test_ensembles_and_denoisers_are_not_compiled_by_default(ckpt, tmp_path, fak
     assert main(["certify", str(ckpt), str(ckpt), "--out", str(tmp_path / "a.tsv"),
                  *LONG]) == 0
     assert fake_run[-1]["engine"] == {"precision": "fp32", "channels_last": True,
-                                      "compile": False}
+                                      "compile": False, "compile_mode": "default"}
+    assert fake_run[-1]["tune"] is None  # its member evaluations would count the probe's
     assert main(["certify", str(ckpt), "--denoiser", str(ckpt), "--out",
                  str(tmp_path / "b.tsv"), *LONG]) == 0  # the run (faked) never loads it
     assert fake_run[-1]["engine"]["compile"] is False
@@ -98,7 +129,8 @@ def test_the_cpu_default_is_float32_eager(ckpt, tmp_path, fake_run, capsys):
     assert main(["certify", str(ckpt), "--out", str(tmp_path / "a.tsv"), *LONG,
                  "--device", "cpu"]) == 0
     assert fake_run[-1]["engine"] == {"precision": "fp32", "channels_last": False,
-                                      "compile": False}
+                                      "compile": False, "compile_mode": "default"}
+    assert fake_run[-1]["tune"] is None  # the CPU keeps its batch
     assert capsys.readouterr().err == ""
 
 
@@ -129,7 +161,8 @@ def test_a_file_keeps_the_settings_it_was_made_with(ckpt, tmp_path, monkeypatch,
     monkeypatch.setattr(dataset_run, "resolve_device", lambda name: torch.device("cuda"))
     monkeypatch.setattr("smoothcert.training.distributed.rank_device", lambda device: device)
     monkeypatch.setattr(dataset_run, "compiler_available", lambda: True)
-    off = {"precision": "fp32", "channels_last": False, "compile": False}
+    off = {"precision": "fp32", "channels_last": False, "compile": False,
+           "compile_mode": "default"}
     assert main(["certify", str(ckpt), "--out", str(plain), *LONG]) == 0
     assert calls[-1]["engine"] == off
     assert main(["certify", str(ckpt), "--out", str(shards), *LONG, "--num-shards", "2",

@@ -105,9 +105,10 @@ def test_the_demo_says_draws_per_image_where_the_table_counts_images(tmp_path, m
                                                                      capsys):
     # The demo's heading said n=10000 above a table whose n column was 359 (images).
     made = records(tmp_path / "made.tsv")
-    monkeypatch.setattr(demo, "train", lambda *a, **k: tmp_path / "checkpoint.pt")
-    monkeypatch.setattr(demo, "file_sha256", lambda path: "0" * 64)
-    monkeypatch.setattr(demo, "run_dataset", lambda *a, **k: made)
+    # where run_demo imports them from when it runs (importing the demo imports no torch)
+    monkeypatch.setattr("smoothcert.training.train", lambda *a, **k: tmp_path / "checkpoint.pt")
+    monkeypatch.setattr("smoothcert.io.file_sha256", lambda path: "0" * 64)
+    monkeypatch.setattr("smoothcert.runs.run_dataset", lambda *a, **k: made)
     demo.run_demo(tmp_path / "out")
     out = capsys.readouterr().out
     assert "n=10000" not in out and "(n=" not in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import partial
 
 from ..registry import Registry
+from .catalog import names
 from .common import (
     BATCH,
     DRAWS,
@@ -24,9 +25,7 @@ ANALYSES: Registry = Registry("analysis")
 
 
 def _format_arg(p) -> None:
-    from ..evaluation.tables import FORMATS
-
-    p.add_argument("--format", default="md", choices=sorted(FORMATS), help="table format")
+    p.add_argument("--format", default="md", choices=names("formats"), help="table format")
 
 
 # --------------------------------------------------------------------------- grad-norms

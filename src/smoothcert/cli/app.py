@@ -12,7 +12,6 @@ import argparse
 import sys
 
 from ..errors import SmoothcertError
-from ..io import disk_full_error
 from .common import COMMANDS, Parser, add_subcommands
 
 # Each module registers its commands on import, so the order of these imports is the order in
@@ -50,6 +49,8 @@ def main(argv=None) -> int:
         print(f"smoothcert {args.command}: error: {_os_error(args, e)}", file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as e:
+        from ..io import disk_full_error  # numpy: not imported to parse
+
         if disk_full_error(e) is not None:  # a library's own error for a full disk
             print(f"smoothcert {args.command}: error: {_os_error(args, e)}", file=sys.stderr)
             return 2
@@ -68,6 +69,8 @@ def _os_error(args, e: BaseException) -> str:
     """One line for a file that could not be read or written: the cause and the file (the
     writers of :mod:`smoothcert.io` name the file of every failed write); for a full disk or
     quota, what to do next (the command's resume hint)."""
+    from ..io import disk_full_error
+
     full = disk_full_error(e)
     error = full if full is not None else e
     cause = getattr(error, "strerror", None) or str(error) or type(error).__name__
@@ -97,8 +100,9 @@ def _memory_advice(args, e: BaseException) -> str:
     if hasattr(args, "batch"):  # certify, predict, attack, analyze
         kept = ("; the rows already written are kept and a rerun resumes after them"
                 if getattr(args, "out", None) else "")
-        return (f"out of memory with --batch {args.batch} ({detail}); rerun with a smaller "
-                f"--batch{kept}")
+        batch = f"--batch {args.batch}" if args.batch is not None else \
+            "the default batch (1000, or on CUDA the one a note named)"  # certify and co.
+        return (f"out of memory with {batch} ({detail}); rerun with a smaller --batch{kept}")
     if args.command == "train":
         return (f"out of memory ({detail}); rerun with a smaller --batch, or on a device "
                 "with more memory; the last completed epoch's checkpoint is kept (--resume)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from .catalog import names
 from .common import DRAWS, command, parse_params
 from .dataset_run import (
     dataset_run_args,
@@ -18,11 +19,10 @@ from .dataset_run import (
 def _run_args(p, *, with_n0: bool):
     model_args(p)
     if with_n0:
-        from ..certifiers import certifying
         from ..upgrade import OLD_CERTIFIER_NAMES
 
         p.add_argument("--certifier", default="certify",
-                       choices=certifying() + sorted(OLD_CERTIFIER_NAMES),
+                       choices=sorted(names("certifiers")) + sorted(OLD_CERTIFIER_NAMES),
                        help="the certification algorithm (default: Cohen et al.'s CERTIFY); "
                             "uniform and data-dependent-uniform are deprecated spellings of "
                             "certify and data-dependent with --noise uniform")
@@ -48,16 +48,10 @@ def _run_args(p, *, with_n0: bool):
 def _certifiers_epilog() -> str:
     """Every certifier ``--certifier`` offers (its options, set with --opt, listed under it)
     and noise."""
-    from ..certifiers import CERTIFIERS, certifying
-    from ..noise.base import NOISES
-    from ..training.config import described, keyword_choices
-
     lines = ["names (under a certifier its options, set with --opt KEY=VALUE):",
              "", "--certifier NAME"]
-    offered = certifying()
-    lines += [f"{name}\t{text}" for name, text in keyword_choices(CERTIFIERS).items()
-              if name in offered]
-    lines += ["", "--noise NAME"] + [f"{name}\t{text}" for name, text in described(NOISES).items()]
+    lines += [f"{name}\t{text}" for name, text in names("certifiers").items()]
+    lines += ["", "--noise NAME"] + [f"{name}\t{text}" for name, text in names("noises").items()]
     return "\n".join(lines)
 
 

@@ -5,11 +5,12 @@ denoiser with ``--denoiser``) over a dataset split into a record file, through o
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
-import sys
 
 from ..errors import SmoothcertError
+from .catalog import names
 from .common import (
     BATCH,
     DRAWS,
@@ -21,6 +22,8 @@ from .common import (
     resolve_device,
     workers_arg,
 )
+
+log = logging.getLogger(__name__)  # notes: said once the run is checked (runs/notes.py)
 
 # --------------------------------------------------------------------------- flags
 DENOISER_HELP = ("a trained denoiser checkpoint (train --method denoiser-mse|denoiser-stability, "
@@ -49,9 +52,7 @@ def model_args(p) -> None:
 
 
 def noise_args(p) -> None:
-    from ..noise.base import NOISES
-
-    p.add_argument("--noise", choices=sorted(NOISES),
+    p.add_argument("--noise", choices=sorted(names("noises")),
                    help="smoothing noise; σ is its per-coordinate standard deviation (default: "
                         "the checkpoint's)")
     p.add_argument("--sigma", type=sigma_arg,
@@ -91,9 +92,12 @@ def sigma_levels(args, certifier: str, options: dict) -> tuple[float | None, dic
 def monte_carlo_args(p, n_help: str = "draws, at most 2**53 (default 100000)") -> None:
     p.add_argument("--n", type=DRAWS, default=100_000, help=n_help)
     p.add_argument("--alpha", type=float, default=0.001, help="failure probability")
-    p.add_argument("--batch", type=BATCH, default=1000,
+    p.add_argument("--batch", type=BATCH,
                    help="noisy inputs per forward pass, at most 2**31-1; lower it when the "
-                        "device runs out of memory")
+                        "device runs out of memory (default: on CUDA the fastest of a few "
+                        "batches, measured on the model before the first row, for a run long "
+                        f"enough to pay for it and not for an ensemble; else {DEFAULT_BATCH}; the "
+                        "rows are the same at any batch)")
 
 
 def dataset_run_args(p) -> None:
@@ -112,12 +116,10 @@ def dataset_run_args(p) -> None:
 
 def _engine_args(p) -> None:
     """The engine's optional accelerations. Each is recorded in the run's identity, as the
-    function it computes may differ (bf16), or may round differently (channels-last, compile);
-    the defaults of the last two depend on the device, and a record file keeps its own
-    (:func:`engine_settings`)."""
-    from ..smoothing.engine import PRECISIONS
-
-    p.add_argument("--precision", default="fp32", choices=tuple(PRECISIONS),
+    function it computes may differ (bf16), or may round differently (channels-last, compile
+    and its mode); the defaults of the last three depend on the device, and a record file
+    keeps its own (:func:`engine_settings`)."""
+    p.add_argument("--precision", default="fp32", choices=tuple(names("precisions")),
                    help="run the model under bf16/fp16 autocast (noise stays float32; the "
                         "certificate is then for the reduced-precision classifier)")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction,
@@ -129,6 +131,11 @@ def _engine_args(p) -> None:
                         f"classifier of at least {LONG_RUN_DRAWS:,} draws, examples × "
                         "(n0 + n), where the compilation pays; off on the CPU, for ensembles "
                         "and denoisers; a record file being resumed keeps its own)")
+    p.add_argument("--compile-mode", choices=COMPILE_MODES,
+                   help="torch.compile's mode, with --compile: reduce-overhead and "
+                        "max-autotune record CUDA graphs, one launch per batch (default: "
+                        f"{GRAPHS_MODE} on CUDA, default on the CPU; a record file being "
+                        "resumed keeps its own)")
 
 
 # --------------------------------------------------------------------------- engine defaults
@@ -140,8 +147,18 @@ four compilations and their timed runs, took 91 s), and saves 5 µs a draw or mo
 bf16+channels-last 1.421 → 0.912 s per 100,100 draws; fp32 2.653 → 1.357 s, 13 µs; ResNet-50
 30 µs and more). At 30 s of compilation it pays from 6·10⁶ draws; 2·10⁷ (200 images at
 n = 100,000; Cohen et al.'s 500-image runs are 5·10⁷) leaves a factor 3 of margin."""
-SETTINGS = ("precision", "channels_last", "compile")
-OFF = {"precision": "fp32", "channels_last": False, "compile": False}  # the engine's defaults
+SETTINGS = ("precision", "channels_last", "compile", "compile_mode")
+OFF = {"precision": "fp32", "channels_last": False, "compile": False,
+       "compile_mode": "default"}  # the engine's defaults
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # engine.COMPILE_MODES, torch-free
+GRAPHS_MODE = "reduce-overhead"
+"""torch.compile's mode on CUDA where it compiles: CUDA graphs, one launch per batch instead of
+one per kernel, the kernels those of the default mode (so the same function, to the same
+rounding); the engine forwards every batch whole, so a graph is recorded once. On an H200
+(ResNet-50, torch 2.11, n0 = 100, n = 100,000) bf16 + channels-last + compile took 4.5 s per
+image, 4.30 s with CUDA graphs. max-autotune (graphs and kernels tuned for minutes) is a
+choice, not a default."""
+DEFAULT_BATCH = 1000  # noisy inputs per forward where none is given or measured
 
 
 def compiler_available() -> bool:
@@ -153,16 +170,19 @@ def compiler_available() -> bool:
     return has_triton()
 
 
-def device_defaults(device_type: str, draws: int, one_classifier: bool) -> dict:
+def device_defaults(device_type: str, draws: int, one_classifier: bool,
+                    compiled: bool | None = None) -> dict:
     """The engine's settings where no flag and no record file says otherwise: channels-last on
     CUDA (faster for convolutions; the same function up to float rounding), torch.compile on
     CUDA for a long run (:data:`LONG_RUN_DRAWS`) of one classifier (ensembles branch per input
-    and denoisers were not measured compiled); float32 always, as bf16 certifies another
+    and denoisers were not measured compiled), in :data:`GRAPHS_MODE` on CUDA where it compiles
+    (``compiled``: as a flag says, when one does); float32 always, as bf16 certifies another
     function. The CPU runs as the library does by default."""
     cuda = device_type == "cuda"
-    long_run = draws >= LONG_RUN_DRAWS and one_classifier
-    return {"precision": "fp32", "channels_last": cuda,
-            "compile": cuda and long_run and compiler_available()}
+    if compiled is None:
+        compiled = cuda and draws >= LONG_RUN_DRAWS and one_classifier and compiler_available()
+    return {"precision": "fp32", "channels_last": cuda, "compile": compiled,
+            "compile_mode": GRAPHS_MODE if cuda and compiled else "default"}
 
 
 def made_with(out, shard: tuple[int, int]) -> tuple[object, dict] | None:
@@ -186,24 +206,30 @@ def made_with(out, shard: tuple[int, int]) -> tuple[object, dict] | None:
 def engine_settings(args, device_type: str, draws: int, shard: tuple[int, int]) -> dict:
     """The engine's settings: each flag given; for each left out, those of the run's record
     file (or a sibling shard's) when there is one, so that it resumes as it was made, else
-    :func:`device_defaults`. A flag that contradicts the file is one SmoothcertError line
-    naming the flags that resume it. Prints a line on what the CUDA defaults chose, and a hint
-    about ``--precision bf16`` for a new long CUDA run."""
+    :func:`device_defaults` (a ``--compile-mode`` other than default compiles). A flag that
+    contradicts the file is one SmoothcertError line naming the flags that resume it. Logs a
+    note on what the CUDA defaults chose, said once the run is checked (runs/notes.py)."""
     from ..runs.records import shard_path
 
-    given = {"precision": args.precision, "channels_last": args.channels_last,
-             "compile": args.compile}
+    given = {key: getattr(args, key) for key in SETTINGS}
     found = made_with(args.out, shard)
     if found is not None:
         _check_made_with(*found, given, own=found[0] == shard_path(args.out, *shard))
         return {key: found[1][key] if value is None else value for key, value in given.items()}
-    one = len(args.checkpoint) == 1 and args.denoiser is None and args.ensemble_mode is None \
-        and args.consensus is None
-    defaults = device_defaults(device_type, draws, one)
+    compiled = given["compile"]
+    if compiled is None and given["compile_mode"] not in (None, "default"):
+        compiled = True  # a mode that compiles asks for compile
+    one = _one_model(args) and args.denoiser is None
+    defaults = device_defaults(device_type, draws, one, compiled)
     engine = {key: defaults[key] if value is None else value for key, value in given.items()}
     if device_type == "cuda" and is_main_rank():
         _cuda_notes(engine, given, draws)
     return engine
+
+
+def _one_model(args) -> bool:
+    """One checkpoint, not an ensemble (of one, when --ensemble-mode or --consensus asks)."""
+    return len(args.checkpoint) == 1 and args.ensemble_mode is None and args.consensus is None
 
 
 def _check_made_with(path, made: dict, given: dict, own: bool) -> None:
@@ -212,8 +238,7 @@ def _check_made_with(path, made: dict, given: dict, own: bool) -> None:
     if all(value is None or value == made[key] for key, value in given.items()):
         return
     said = ", ".join(f"{key.replace('_', '-')} {_on(made[key])}" for key in SETTINGS)
-    flags = " ".join([f"--precision {made['precision']}"] + [
-        f"--{'' if made[key] else 'no-'}{key.replace('_', '-')}" for key in SETTINGS[1:]])
+    flags = " ".join(_flag(key, made[key]) for key in SETTINGS)
     goal = "resume it" if own else "run a shard that merges with it"
     raise SmoothcertError(f"{path} was made with {said}; rerun with {flags} to {goal}, or "
                           "choose another --out")
@@ -223,20 +248,39 @@ def _on(value) -> str:
     return value if isinstance(value, str) else "on" if value else "off"
 
 
+def _flag(key: str, value) -> str:
+    """The flag that sets engine setting ``key`` to ``value``."""
+    name = key.replace("_", "-")
+    return f"--{name} {value}" if isinstance(value, str) else \
+        f"--{'' if value else 'no-'}{name}"
+
+
 def _cuda_notes(engine: dict, given: dict, draws: int) -> None:
-    """One line on what the CUDA defaults chose (and how to opt out); one on bf16 for a long
-    fp32 run."""
-    chosen = [key for key in SETTINGS[1:] if given[key] is None]
+    """One line on what the CUDA defaults chose, and the flags that choose otherwise (the
+    compile mode where it compiles). The hint on ``--precision bf16`` is measured on the model
+    (:func:`tuning`)."""
+    chosen = [key for key in SETTINGS[1:] if given[key] is None
+              and (key != "compile_mode" or engine["compile"])]
     if chosen:
         said = ", ".join(f"{key.replace('_', '-')} {_on(engine[key])}" for key in chosen)
-        flags = ", ".join(f"--{'no-' if engine[key] else ''}{key.replace('_', '-')}"
-                          for key in chosen)
-        print(f"note: CUDA defaults for a run of {draws:,} draws: {said} ({flags} to "
-              "change)", file=sys.stderr)
-    if engine["precision"] == "fp32" and draws >= LONG_RUN_DRAWS:
-        print("hint: --precision bf16 ran 1.3-1.7x faster on an H100 (docs/BENCHMARKS.md); it "
-              "certifies the bf16 classifier, another function than this float32 one, so it "
-              "is never a default", file=sys.stderr)
+        other = {"compile_mode": "default"}  # the other choice of each, to change it
+        flags = ", ".join(_flag(key, other.get(key, not engine[key])) for key in chosen)
+        log.warning("note: CUDA defaults for a run of %s draws: %s (%s to change)",
+                    f"{draws:,}", said, flags)
+
+
+def tuning(args, device_type: str, engine: dict, draws: int):
+    """What a CUDA run measures on its model before its first row (runs/tuning.py): the batch,
+    where --batch is not given, and bf16's time beside a long float32 run's. None on the CPU
+    (which keeps its batch) and for an ensemble, whose member evaluations would count the
+    measurement's forwards."""
+    from ..smoothing.probe import BATCHES, Tuning
+
+    if device_type != "cuda" or not _one_model(args):
+        return None
+    batches = BATCHES if args.batch is None else ()
+    compare = ("bf16",) if engine["precision"] == "fp32" and draws >= LONG_RUN_DRAWS else ()
+    return Tuning(batches, compare) if batches or compare else None
 
 
 def run_draws(args, dataset_size: int) -> int:
@@ -271,14 +315,28 @@ def _shard(args) -> tuple[int, int]:
 # --------------------------------------------------------------------------- the run
 def run_certifier(certifier: str, args, options: dict) -> None:
     """Load the checkpoint's dataset split and hand everything to ``certify_dataset``; the
-    certifier is ``--certifier`` where the command has one, else ``certifier``."""
+    certifier is ``--certifier`` where the command has one, else ``certifier``. Every note is
+    held until the run is checked (``runs/notes.py``): a refused run prints its error alone."""
+    from ..runs.notes import holding_notes
+    from ..runs.records import shard_path
+
+    with holding_notes():
+        model, shard = _certify(getattr(args, "certifier", certifier), args, options)
+    print(f"records: {shard_path(args.out, *shard)}")
+    per_input = getattr(model, "evaluations_per_input", lambda: None)()
+    if per_input is not None:  # what a consensus saved, in this invocation
+        print(f"member evaluations per noisy input: {per_input:.3f} of {len(model.members)} "
+              f"({model.evaluations} in all)")
+
+
+def _certify(certifier: str, args, options: dict) -> tuple[object, tuple[int, int]]:
+    """The run of :func:`run_certifier`: its model (a checkpoint path or an ensemble) and
+    shard, once ``certify_dataset`` has written its rows."""
     from ..models.checkpoint import load_checkpoint
     from ..runs import certify_dataset
     from ..runs.inputs import check_classifier
-    from ..runs.records import shard_path
     from ..training.distributed import rank_device
 
-    certifier = getattr(args, "certifier", certifier)
     sigma, options = sigma_levels(args, certifier, options)
     models = _role_models(args, certifier, options)  # before any checkpoint is read
     metas = [load_checkpoint(c).meta for c in args.checkpoint]
@@ -287,35 +345,20 @@ def run_certifier(certifier: str, args, options: dict) -> None:
     device = rank_device(resolve_device(args.device))  # one GPU per torchrun rank
     model = _model(args, device)  # an ensemble's members checked before the dataset loads
     dataset, shard = _run_dataset(args, metas[0]), _shard(args)
-    engine = engine_settings(args, device.type, run_draws(args, len(dataset)), shard)
+    draws = run_draws(args, len(dataset))
+    engine = engine_settings(args, device.type, draws, shard)
     certify_dataset(
-        model,
-        dataset,
-        sigma=sigma,
-        noise=args.noise,
+        model, dataset, sigma=sigma, noise=args.noise,
         n0=getattr(args, "n0", 100),  # predict and attack have no selection draws
-        n=args.n,
-        alpha=args.alpha,
-        batch=args.batch,
-        seed=args.seed,
-        skip=args.skip,
-        max_count=args.max_count,
-        certifier=certifier,
-        options=options,
-        out=args.out,
-        shard=shard,
-        device=device,
-        workers=args.workers,
-        engine=engine,
-        progress=progress_mode(args) if is_main_rank() else False,
-        denoiser=args.denoiser,
-        models=models,
+        n=args.n, alpha=args.alpha,
+        batch=args.batch if args.batch is not None else DEFAULT_BATCH,
+        seed=args.seed, skip=args.skip, max_count=args.max_count, certifier=certifier,
+        options=options, out=args.out, shard=shard, device=device, workers=args.workers,
+        engine=engine, progress=progress_mode(args) if is_main_rank() else False,
+        denoiser=args.denoiser, models=models,
+        tune=tuning(args, device.type, engine, draws),  # after every check, before a row
     )
-    print(f"records: {shard_path(args.out, *shard)}")
-    per_input = getattr(model, "evaluations_per_input", lambda: None)()
-    if per_input is not None:  # what a consensus saved, in this invocation
-        print(f"member evaluations per noisy input: {per_input:.3f} of {len(model.members)} "
-              f"({model.evaluations} in all)")
+    return model, shard
 
 
 def consensus_arg(text: str):
@@ -372,7 +415,7 @@ def _model(args, device):
     of one, when --ensemble-mode or --consensus asks for it)."""
     from ..models.ensemble import Ensemble
 
-    if len(args.checkpoint) == 1 and args.ensemble_mode is None and args.consensus is None:
+    if _one_model(args):
         return args.checkpoint[0]
     return Ensemble.from_checkpoints(args.checkpoint, args.ensemble_mode or "logits",
                                      args.consensus, device=device)

@@ -6,18 +6,17 @@ folder for ``--denoiser diffusers:FOLDER``."""
 from __future__ import annotations
 
 from ..errors import SmoothcertError
+from .catalog import names
 from .common import command, is_main_rank
 
 
 def _import_args(p):
-    from ..denoisers.openai_unet import OPENAI_FORMATS, PRESET_FORMATS
-    from ..models.importers import FORMATS, NORMALIZATIONS
-
+    known = names("import-checkpoint")
+    formats = known["formats"]  # name -> the first word of its source, sorted
     p.add_argument("file", help="a reference implementation's checkpoint (.pth.tar, .pth, .pt)")
-    p.add_argument("--format", required=True, choices=[*sorted(FORMATS), *OPENAI_FORMATS],
+    p.add_argument("--format", required=True, choices=[*formats, *known["openai_formats"]],
                    help="whose layout: " + ", ".join(
-                       f"{name} ({fmt.source.split()[0]})"
-                       for name, fmt in sorted(FORMATS.items()))
+                       f"{name} ({source})" for name, source in formats.items())
                    + "; improved-diffusion (openai/improved-diffusion), guided-diffusion "
                      "(openai/guided-diffusion): a UNetModel state dict, written as a diffusers "
                      "folder")
@@ -33,11 +32,11 @@ def _import_args(p):
                         "a classifier trained on clean images (e.g. one to put behind "
                         "--denoiser). Required, except for improved/guided-diffusion (their "
                         "denoiser gets σ at certify)")
-    p.add_argument("--normalization", default="reference", choices=NORMALIZATIONS,
+    p.add_argument("--normalization", default="reference", choices=known["normalizations"],
                    help="the input normalization the file was trained with (default: the "
                         "reference code's for the dataset; salman: center, i.e. x − mean; "
                         "denoisers: none, they take raw pixels)")
-    p.add_argument("--preset", default=None, choices=sorted(PRESET_FORMATS),
+    p.add_argument("--preset", default=None, choices=known["presets"],
                    help="improved/guided-diffusion: the flags of Carlini et al.'s denoiser "
                         "(carlini-cifar10: improved-diffusion's cifar10_uncond_50M_500K.pt; "
                         "carlini-imagenet: guided-diffusion's 256x256_diffusion_uncond.pt)")

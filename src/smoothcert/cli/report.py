@@ -4,6 +4,7 @@ of pairs of record files (``--agreement``)."""
 from __future__ import annotations
 
 from ..errors import SmoothcertError
+from .catalog import names
 from .common import command
 
 REPORT_RADII = "0:1:0.25"  # report's radii (attack files: distances) when --radii is not given
@@ -63,16 +64,13 @@ r=R\ta/b: examples only the first file / only the second certifies at R"""
 
 
 def _report_args(p):
-    from ..evaluation.tables import FORMATS
-    from ..noise.base import NORMS
-
     p.add_argument("files", nargs="+",
                    help="record files (smoothcert's or Cohen et al.'s; CERTIFY, PREDICT or "
                         "attack records); run folders with --train")
     p.add_argument("--radii", help="start:stop:step or a comma list; attack files: distances "
                                    f"(default: {REPORT_RADII})")
-    _html_args(p, sorted(FORMATS))
-    p.add_argument("--norm", choices=NORMS,
+    _html_args(p, names("formats"))
+    p.add_argument("--norm", choices=names("norms"),
                    help="read every file's certified radius in this norm (its radius_l1, "
                         "radius_l2 or radius_linf column; default: each file's own radius, in "
                         "its noise's norm) and say it in the table's 'radius in' column")
@@ -113,15 +111,14 @@ def _report_args(p):
 
 def _html_args(p, formats):
     """--format, --out and the page's flags (--format html)."""
-    from ..evaluation.html import GALLERY
-
     p.add_argument("--format", default="md", choices=formats,
                    help="table format; html writes a self-contained page (tables, curves and "
                         "a gallery of examples) to --out")
     p.add_argument("--out", metavar="FILE",
                    help="write the table (--format html: the page) to FILE instead of stdout")
     p.add_argument("--gallery", type=int, metavar="N",
-                   help=f"--format html: examples per file in the gallery (default {GALLERY}; "
+                   help=f"--format html: examples per file in the gallery (default "
+                        f"{names('gallery')}; "
                         "0: none), spread over the file")
     p.add_argument("--gallery-eps", type=float, metavar="EPS",
                    help="--format html, median files: the ε of the grid at which the certified "

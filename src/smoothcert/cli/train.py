@@ -7,36 +7,32 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import types
-import typing
 from collections.abc import Mapping
 
 from ..errors import SmoothcertError
+from .catalog import field_flag, names
 from .common import (
     add_common,
     command,
-    default_text,
     is_main_rank,
     parse_params,
     progress_mode,
     resolve_device,
-    with_default,
     workers_arg,
 )
 
 
 # --------------------------------------------------------------------------- flags
 def _train_args(p):
-    """One flag per TrainConfig field, generated from the field (its metadata holds the help
-    text, the flag where it is not --field-name, and the registry of its names, listed in the
-    epilog), the deprecated --dd-* spellings of --sigma-param, and the run's own flags."""
-    from ..training.config import TrainConfig
-
+    """One flag per TrainConfig field, as the catalog describes it (its help text, the flag
+    where it is not --field-name, the names it takes, listed in the epilog), the deprecated
+    --dd-* spellings of --sigma-param, and the run's own flags."""
+    train = names("train")
     p.add_argument("--config", metavar="YAML",
                    help="recipe: a YAML file of TrainConfig fields (configs/); flags override it")
-    for f in dataclasses.fields(TrainConfig):
-        _field_flag(p, f, _flag_type(typing.get_type_hints(TrainConfig)[f.name]))
-    _old_sigma_flags(p)
+    for field in train["fields"]:
+        _field_flag(p, field)
+    _old_sigma_flags(p, train["old_sigma_flags"])
     p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.tsv, config.yaml")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--deterministic", action="store_true",
@@ -44,43 +40,25 @@ def _train_args(p):
                         "same weights as an uninterrupted one (slower)")
     workers_arg(p)
     add_common(p, data_root=False)  # --data-root is a field
-    p.epilog = _choices_epilog(TrainConfig)
+    p.epilog = _choices_epilog(train["fields"])
 
 
-def _field_flag(p, f: dataclasses.Field, kind: type) -> None:
-    """The flag of TrainConfig field ``f``, whose values are of type ``kind``. An unset flag
-    leaves no attribute (argparse.SUPPRESS), so that a recipe's value stands; its help states
-    the field's default itself."""
-    options = {"dest": f.name, "default": argparse.SUPPRESS, "help": _field_help(f),
-               "metavar": f.metadata["metavar"]}
-    if kind is bool:
+def _field_flag(p, field: dict) -> None:
+    """The flag of a TrainConfig field (:func:`~smoothcert.cli.catalog.train_field`). An unset
+    flag leaves no attribute (argparse.SUPPRESS), so that a recipe's value stands; its help
+    states the field's default itself."""
+    options = {"dest": field["dest"], "default": argparse.SUPPRESS, "help": field["help"],
+               "metavar": field["metavar"]}
+    if field["kind"] == "bool":
         options["action"] = argparse.BooleanOptionalAction
-    elif kind is dict:  # KEY=VALUE, repeatable: one key of the mapping each
+    elif field["kind"] == "dict":  # KEY=VALUE, repeatable: one key of the mapping each
         options["action"] = "append"
     else:
-        options["type"] = _int_tuple if kind is tuple else kind
-    p.add_argument(_flag(f), **options)
+        options["type"] = {**_SCALARS, "tuple": _int_tuple}[field["kind"]]
+    p.add_argument(field["flag"], **options)
 
 
-def _flag(f: dataclasses.Field) -> str:
-    """The flag of TrainConfig field ``f``: its metadata's, else ``--field-name``."""
-    return f.metadata["flag"] or "--" + f.name.replace("_", "-")
-
-
-def _flag_type(hint) -> type:
-    """``int`` for ``int | None``, ``tuple`` for ``tuple[int, ...]``, the type itself else."""
-    if typing.get_origin(hint) in (types.UnionType, typing.Union):
-        (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-    return typing.get_origin(hint) or hint
-
-
-def _field_help(f: dataclasses.Field) -> str:
-    text = f.metadata["help"]
-    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-        return f"{text}; required (flag or --config)"
-    default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-    shown = ("on" if default else "off") if isinstance(default, bool) else default_text(default)
-    return with_default(text, shown)
+_SCALARS = {"int": int, "float": float, "str": str}  # a kind in the catalog -> its type
 
 
 def _int_tuple(text: str) -> tuple[int, ...]:
@@ -92,27 +70,24 @@ def _int_tuple(text: str) -> tuple[int, ...]:
             f"expected comma-separated integers such as 30,60, got {text!r}") from None
 
 
-def _old_sigma_flags(p) -> None:
+def _old_sigma_flags(p, kinds: dict) -> None:
     """--dd-steps, --dd-step-size, --dd-num-samples, --dd-start-epoch: deprecated spellings of
-    ``--sigma-param KEY=VALUE`` for the data-dependent σ mode, hidden from the help and read
-    through :func:`smoothcert.upgrade.sigma_flags`."""
-    from ..training.sigma_modes import build_sigma_mode
-    from ..upgrade import DATA_DEPENDENT, OLD_SIGMA_PARAMS
-
-    defaults = build_sigma_mode(DATA_DEPENDENT).params()
-    for old, new in OLD_SIGMA_PARAMS.items():
-        p.add_argument("--" + old.replace("_", "-"), dest=old, type=type(defaults[new]),
+    ``--sigma-param KEY=VALUE`` for the data-dependent σ mode (``kinds``: each one's type,
+    that of its parameter), hidden from the help and read through
+    :func:`smoothcert.upgrade.sigma_flags`."""
+    for old, kind in kinds.items():
+        p.add_argument("--" + old.replace("_", "-"), dest=old, type=_SCALARS[kind],
                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
-def _choices_epilog(config_cls) -> str:
+def _choices_epilog(fields: list[dict]) -> str:
     """The names of every field that takes one from a registry, one line each."""
     lines = ["names (under a method its hyperparameters, set with --param KEY=VALUE; under a σ "
              "mode its parameters, set with --sigma-param KEY=VALUE):"]
-    for f in dataclasses.fields(config_cls):
-        if f.metadata["choices"] is not None:
-            lines += ["", f"{_flag(f)} {f.metadata['metavar']}"]
-            lines += [f"{name}\t{text}" for name, text in f.metadata["choices"]().items()]
+    for field in fields:
+        if field["choices"] is not None:
+            lines += ["", f"{field['flag']} {field['metavar']}"]
+            lines += [f"{name}\t{text}" for name, text in field["choices"].items()]
     return "\n".join(lines)
 
 
@@ -162,7 +137,7 @@ def _train_fields(recipe: dict, args) -> dict:
     for f in dataclasses.fields(TrainConfig):
         if f.default_factory is dict:
             fields[f.name] = _merged(f.name, fields.get(f.name),
-                                     parse_params(getattr(args, f.name, []), _flag(f)))
+                                     parse_params(getattr(args, f.name, []), field_flag(f)))
         elif hasattr(args, f.name):
             fields[f.name] = getattr(args, f.name)
     old = {key: getattr(args, key) for key in OLD_SIGMA_PARAMS if hasattr(args, key)}

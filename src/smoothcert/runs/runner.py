@@ -48,6 +48,7 @@ from ..models.checkpoint import versions
 from ..noise.base import NOISES
 from ..smoothing.ablation import NO_NOISE, NoNoise
 from ..smoothing.engine import CHUNK, BatchedVotes
+from ..smoothing.probe import Tuning
 from ..smoothing.smoothed import Smoothed, plain
 from ..tensors import eval_mode
 from ..upgrade import certifier_spelling
@@ -68,6 +69,7 @@ from .inputs import (
     split_denoised,
     with_denoiser,
 )
+from .notes import holding_notes, release_notes
 from .progress import check_progress, progress_meter
 from .records import (
     global_indices,
@@ -81,6 +83,7 @@ from .records import (
 from .roles import check_role_shapes, load_roles, role_fingerprints, roles_in_eval_mode
 from .rows import LATER_COLUMNS, NoFile, no_records, python_row, run_rows, written
 from .tasks import check_task
+from .tuning import tuned
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,7 @@ def certify_dataset(
     options: dict | None = None, out=None, shard: tuple[int, int] = (0, 1),
     num_classes: int | None = None, device=None, workers: int | None = None,
     engine: dict | None = None, progress: bool = False, denoiser=None, models=None,
+    tune: Tuning | None = None,
 ) -> list[dict]:
     """Certify (or run any registered certifier on) every selected example of ``dataset``.
 
@@ -239,17 +243,21 @@ def certify_dataset(
     certified function is classifier ∘ denoiser): a denoiser checkpoint, ``"diffusers:FOLDER"``
     (one-step denoising at the t* of ``sigma``) or an ``nn.Module``; a ``model`` that is a
     ``Denoised(denoiser, classifier)`` runs the same way. ``models``: the certifier's other
-    models by role (``{"selection": ..., "core": ...}`` for ACES; :mod:`.roles`).
+    models by role (``{"selection": ..., "core": ...}`` for ACES; :mod:`.roles`). ``tune``
+    measures the batch, and what another precision would cost, before the first row
+    (:mod:`.tuning`). Notes are logged once every check has passed (:mod:`.notes`).
     """
-    model, denoiser = split_denoised(model, denoiser)
-    source, data = load_source(model, device, plain(num_classes)), as_examples(dataset)
-    counts = dict(n0=n0, n=n, alpha=alpha, batch=batch, seed=seed, skip=skip, max_count=max_count)
-    cfg, source = _api_config(source, data, denoiser, certifier, noise, sigma, counts,
-                              options, engine, indices)
-    roles = load_roles(models, cfg.build_certifier(), source.device)
-    cfg = dataclasses.replace(cfg, models=role_fingerprints(roles))
-    return execute(cfg, source, data, out, shard=checked_shard(shard), workers=workers,
-                   progress=progress, roles=roles)
+    with holding_notes():
+        model, denoiser = split_denoised(model, denoiser)
+        source, data = load_source(model, device, plain(num_classes)), as_examples(dataset)
+        counts = dict(n0=n0, n=n, alpha=alpha, batch=batch, seed=seed, skip=skip,
+                      max_count=max_count)
+        cfg, source = _api_config(source, data, denoiser, certifier, noise, sigma, counts,
+                                  options, engine, indices)
+        roles = load_roles(models, cfg.build_certifier(), source.device)
+        cfg = dataclasses.replace(cfg, models=role_fingerprints(roles))
+        return execute(cfg, source, data, out, shard=checked_shard(shard), workers=workers,
+                       progress=progress, roles=roles, tune=tune)
 
 
 def _api_config(source: ModelSource, data: Examples, denoiser, certifier: str, noise, sigma,
@@ -300,20 +308,25 @@ def run_dataset(
     (behind ``denoiser``, whose fingerprint must be ``cfg.denoiser``), appending to (or
     resuming) its record file; returns that file's path (``out`` itself, or its shard name when
     there are shards). See :func:`smoothcert.certify_dataset`."""
-    source = with_denoiser(load_source(checkpoint, device), denoiser, cfg.sigma, cfg.noise)
-    dataset = load_dataset(cfg.dataset, cfg.split, data_root=data_root, image_size=image_size)
-    execute(cfg, source, as_examples(dataset), out, shard=shard, workers=workers,
-            progress=progress)
+    with holding_notes():  # said once the run is checked (notes.py)
+        source = with_denoiser(load_source(checkpoint, device), denoiser, cfg.sigma, cfg.noise)
+        dataset = load_dataset(cfg.dataset, cfg.split, data_root=data_root,
+                               image_size=image_size)
+        execute(cfg, source, as_examples(dataset), out, shard=shard, workers=workers,
+                progress=progress)
     return shard_path(out, *shard)
 
 
 def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(0, 1),
-            workers: int | None = None, progress: bool = False, roles=None) -> list[dict]:
+            workers: int | None = None, progress: bool = False, roles=None,
+            tune: Tuning | None = None) -> list[dict]:
     """The rows of ``cfg`` on this shard's examples of ``data``; with ``out`` each row is also
     appended (fsynced) to the shard's record file, resuming after the rows already there, and
     the rows returned are the file's, as dicts of plain Python scalars (:func:`python_row`).
     ``roles``: the certifier's other models (role → ModelSource; :mod:`.roles`).
-    Everything is checked before the file is opened."""
+    Everything is checked before the file is opened; ``tune`` then measures the batch
+    (:mod:`.tuning`), and the notes are held until the certifier has started (:mod:`.notes`: a
+    run refused by its file, or by the certifier's start, is an error alone)."""
     roles = dict(roles or {})
     cfg.build_certifier().check_models(frozenset(roles))  # run_dataset: a role it needs
     check_role_shapes(roles, data)
@@ -325,14 +338,19 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     smoothed = Smoothed(source.model, noise, source.num_classes,
                         BatchedVotes(**cfg.engine, chunk=cfg.chunk))
     previous = read_records(path) if path is not None else no_records(record_columns(cfg))
-    run = RunContext(cfg, smoothed, data, previous, source.device, roles)
-    certifier.start(run)
     todo = [i for i in mine if i not in done]
-    name = path.name if path is not None else data.name
-    bar = progress_meter(progress, len(mine), len(mine) - len(todo), f"{cfg.certifier} {name}")
-    stream = data.stream(todo, workers, num_classes=source.num_classes)
-    with writer, bar, eval_mode(source.model), roles_in_eval_mode(roles):
-        produced = written(writer, bar, run_rows(certifier, run, stream))
+    with writer, eval_mode(source.model), roles_in_eval_mode(roles):
+        if todo and tune is not None:  # before the bar: its lines come first
+            draws = len(todo) * ((cfg.n0 or 0) + cfg.n)
+            cfg = tuned(cfg, smoothed, data.example(todo[0])[0], draws, tune)
+        run = RunContext(cfg, smoothed, data, previous, source.device, roles)
+        certifier.start(run)  # e.g. data-dependent: its memory rebuilt from the file's rows
+        release_notes()  # every check passed, the file was accepted: the notes are said
+        name = path.name if path is not None else data.name
+        stream = data.stream(todo, workers, num_classes=source.num_classes)
+        with progress_meter(progress, len(mine), len(mine) - len(todo),
+                            f"{cfg.certifier} {name}") as bar:
+            produced = written(writer, bar, run_rows(certifier, run, stream))
     done_rows = read_records(path).rows() if path is not None else produced
     return [python_row(row) for row in done_rows]
 

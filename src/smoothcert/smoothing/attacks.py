@@ -33,8 +33,7 @@ from torch import nn
 
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
 from ..registry import Configurable, Registry, option
-from ..tensors import eval_mode
-from .engine import model_input
+from ..tensors import eval_mode, model_input
 
 ATTACKS: Registry = Registry("attack")
 

@@ -20,8 +20,12 @@ apart, on CUDA each call advances the Philox offset by an amount rounded to its 
 
 Optional accelerations, off by default: ``precision`` ("bf16"/"fp16": the model runs under
 autocast; noise is always drawn and added in the input's float32), ``channels_last`` and
-``compile`` (``torch.compile``). With reduced precision the certificate is a certificate of the
-reduced-precision classifier — the function that actually ran — not of its float32 twin.
+``compile`` (``torch.compile``, in ``compile_mode``: "reduce-overhead" and "max-autotune"
+record CUDA graphs). With reduced precision the certificate is a certificate of the
+reduced-precision classifier — the function that actually ran — not of its float32 twin. A
+compiled model sees one batch shape: every batch is forwarded whole, its unused rows padding
+(:meth:`BatchedVotes.forward` returns the logits of the rows that were drawn), so a CUDA graph
+is recorded once, not once per size of a last, partial batch.
 
 The model sees the noisy batch in its own dtype (a half or bf16 model: cast after the noise
 is added in float32), and a row whose logits do not vote (NaN, +inf: :func:`voting`) is counted
@@ -51,6 +55,7 @@ from torch import nn
 
 from ..errors import SmoothcertError, check_count
 from ..model_calls import engine_call, meter, metered
+from ..tensors import model_input
 from .requests import OUTPUTS, Draws, Finished, Program
 from .votes import (
     answer,
@@ -63,6 +68,9 @@ from .votes import (
 )
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+"""torch.compile's modes; the last two record CUDA graphs (replayed: one launch per batch)."""
+GRAPH_MODES = ("reduce-overhead", "max-autotune")
 CHUNK = 1024
 """Draws per canonical chunk. Large enough that drawing costs one call per ~1000 draws (as the
 batch of 1000 did before chunks were fixed: no measurable change in throughput), small enough
@@ -80,11 +88,18 @@ class BatchedVotes:
     """
 
     def __init__(self, *, precision: str = "fp32", channels_last: bool = False,
-                 compile: bool = False, chunk: int = CHUNK):
+                 compile: bool = False, compile_mode: str = "default", chunk: int = CHUNK):
         if precision not in PRECISIONS:
             raise SmoothcertError(f"precision must be one of {', '.join(PRECISIONS)}, "
                                   f"got {precision!r}")
+        if compile_mode not in COMPILE_MODES:
+            raise SmoothcertError(f"compile_mode must be one of {', '.join(COMPILE_MODES)}, "
+                                  f"got {compile_mode!r}")
+        if compile_mode != "default" and not compile:
+            raise SmoothcertError(f"compile_mode {compile_mode} compiles: it needs compile on "
+                                  "(--compile)")
         self.precision, self.channels_last, self.compile = precision, channels_last, compile
+        self.compile_mode = compile_mode
         self.chunk = check_count("chunk", chunk)  # draws per canonical chunk (module doc)
         self._prepared: dict[int, tuple[nn.Module, nn.Module]] = {}
 
@@ -93,7 +108,7 @@ class BatchedVotes:
         (channels-last, compile): they belong in a run's identity.
         ``chunk``, which changes the draws, is not among them: the runner records it apart."""
         return {"precision": self.precision, "channels_last": self.channels_last,
-                "compile": self.compile}
+                "compile": self.compile, "compile_mode": self.compile_mode}
 
     def run(self, model: nn.Module, programs: Iterable[tuple[object, Program]],
             num_classes: int, batch_size: int) -> Iterator[Finished]:
@@ -129,9 +144,9 @@ class BatchedVotes:
         broken = torch.zeros((), dtype=torch.long, device=x.device)  # rows of non-finite logits
         passes, costed = torch.zeros_like(broken), False  # what the model reports (module doc)
         with torch.inference_mode():
-            for batch in self._noisy_batches(x, noise, num, batch_size, generator):
+            for batch, size in self._noisy_batches(x, noise, num, batch_size, generator):
                 with engine_call(argmax_only=False) as call:
-                    logits = self.forward(model, batch, batch.shape[0], num_classes)
+                    logits = self.forward(model, batch, size, num_classes)
                 if call.row_passes is not None:
                     passes, costed = passes + call.row_passes.sum(), True
                 broken += (~voting(logits)).sum()
@@ -154,9 +169,11 @@ class BatchedVotes:
             raise SmoothcertError(f"the model returned NaN/inf logits for {broken} of {rows} "
                                   f"noisy copies of {where}{advice}")
 
-    def _noisy_batches(self, x, noise, num, batch_size, generator) -> Iterator[torch.Tensor]:
-        """Batches of ≤ ``batch_size`` rows x + δ, the num draws δ in canonical chunks cut as
-        :meth:`run` cuts them (a chunk larger than the room left is split over batches)."""
+    def _noisy_batches(self, x, noise, num, batch_size, generator
+                       ) -> Iterator[tuple[torch.Tensor, int]]:
+        """(batch, rows drawn) of ≤ ``batch_size`` rows x + δ, the num draws δ in canonical
+        chunks cut as :meth:`run` cuts them (a chunk larger than the room left is split over
+        batches); a compiled model's last batch is the whole buffer, padded."""
         buffer, spill, filled = self._buffer(min(batch_size, num), x), None, 0
         rows = buffer.shape[0]
         for size in _batch_sizes(num, self.chunk):
@@ -171,13 +188,13 @@ class BatchedVotes:
                     buffer[filled:filled + take].copy_(drawn[:take])
                     drawn, filled = drawn[take:], filled + take
                     if filled == rows and drawn.shape[0]:
-                        yield buffer
+                        yield buffer, rows
                         filled = 0
             if filled == rows:
-                yield buffer
+                yield buffer, rows
                 filled = 0
         if filled:
-            yield buffer[:filled]
+            yield (buffer if self.compile else buffer[:filled]), filled
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """The model as the engine runs it: channels-last and compiled when asked (cached).
@@ -191,7 +208,8 @@ class BatchedVotes:
         if self.channels_last:
             runnable = model.to(memory_format=torch.channels_last)
         if self.compile:
-            runnable = torch.compile(runnable, dynamic=False)
+            mode = {} if self.compile_mode == "default" else {"mode": self.compile_mode}
+            runnable = torch.compile(runnable, dynamic=False, **mode)
         self._prepared[id(model)] = (model, runnable)
         return runnable
 
@@ -203,13 +221,23 @@ class BatchedVotes:
         bf16 model, float64 inputs): the cast is a fixed function of the noisy input, so it is
         part of the classifier that is smoothed, and the noise itself stays in the input's
         dtype (float32 at least: see ``Smoothed.prepare_input``)."""
+        logits = self.model_outputs(model, batch)
+        check_outputs(logits, batch.shape[0], num_classes, outputs, batch.shape)
+        return logits[:size]
+
+    def model_outputs(self, model, batch: torch.Tensor) -> torch.Tensor:
+        """The model's outputs on the whole ``batch``, under the precision's autocast. Under
+        CUDA graphs a replay overwrites the last one's outputs: each call starts a new graph
+        step and returns a copy, which the counts may read after the next batch."""
         dtype = PRECISIONS[self.precision]
         autocast = (torch.autocast(batch.device.type, dtype=dtype) if dtype is not None
                     else contextlib.nullcontext())
+        graphs = self.compile and self.compile_mode in GRAPH_MODES
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with autocast:
             logits = model(model_input(model, batch))
-        check_outputs(logits, batch.shape[0], num_classes, outputs, batch.shape)
-        return logits[:size]
+        return logits.clone() if graphs else logits
 
     def _buffer(self, rows: int, x: torch.Tensor) -> torch.Tensor:
         nhwc = self.channels_last and x.dim() == 3
@@ -462,20 +490,6 @@ class _Scheduler:
                 stream.seconds += (now - self.clock) * stream.span_rows / rows
             stream.span_rows = 0
         self.clock = now
-
-
-def input_dtype(model: nn.Module) -> torch.dtype | None:
-    """The dtype of the model's first floating-point parameter or buffer (None: it has none)."""
-    tensors = (t for group in (model.parameters(), model.buffers()) for t in group)
-    return next((t.dtype for t in tensors if t.is_floating_point()), None)
-
-
-def model_input(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
-    """``batch`` cast to the model's dtype where they differ (a half or bf16 model, float64
-    inputs), so that every caller of a model (the engine, attacks, σ optimization) feeds it
-    alike instead of failing in torch with "Input type and bias type should be the same"."""
-    wanted = input_dtype(model)
-    return batch if wanted in (None, batch.dtype) else batch.to(wanted)
 
 
 def _batch_sizes(num: int, batch_size: int) -> Iterator[int]:

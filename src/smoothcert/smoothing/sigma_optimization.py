@@ -28,8 +28,7 @@ from torch import nn
 
 from ..errors import SmoothcertError, check_count
 from ..noise.base import NOISES, with_soft_radius
-from ..tensors import eval_mode, frozen, model_device
-from .engine import model_input
+from ..tensors import eval_mode, frozen, model_device, model_input
 
 # Defaults of Algorithm 1, from the code that produced the paper's certification numbers.
 NUM_STEPS = 100

@@ -18,8 +18,8 @@ from ..errors import SmoothcertError, check_count, check_probability
 from ..noise.base import NORMS, Noise
 from ..noise.gaussian import Gaussian
 from ..stats import binomial_pvalue, clopper_pearson_lower
-from ..tensors import eval_mode, model_device
-from .engine import BatchedVotes, Draws, input_dtype
+from ..tensors import eval_mode, input_dtype, model_device
+from .engine import BatchedVotes, Draws
 
 
 class InputRangeWarning(UserWarning):
