@@ -67,7 +67,7 @@ def flops_per_image(model, shape, device) -> int:
     """FLOPs of one forward pass of one input of ``shape`` (multiply-adds count two; counted by
     ``FlopCounterMode``: convolutions, matrix products and attention, not norms or activations)."""
     counter = FlopCounterMode(display=False)
-    with torch.inference_mode(), counter:
+    with torch.no_grad(), counter:  # not inference_mode: torch 2.5's counter counts 0 under it
         model(torch.zeros((1,) + tuple(shape), device=device))
     return counter.get_total_flops()
 

@@ -163,7 +163,9 @@ def test_an_old_file_resumes_in_its_own_header(tmp_path, name):
     assert json.loads(manifest_path(out).read_text())["columns"] == header.split("\t")
     assert len(rows) == 4 and not set(RADIUS_COLUMNS) & set(rows[-1])
     timeless = [{k: v for k, v in r.items() if k != "time"} for r in rows]
-    assert timeless == [{k: v for k, v in r.items() if k != "time"}
+    eps = float(torch.finfo(torch.float64).eps)  # SciPy versions differ in the last bit
+    assert timeless == [pytest.approx({k: v for k, v in r.items() if k != "time"},
+                                      rel=16 * eps, abs=16 * eps)
                         for r in read_records(source).rows()]
 
 

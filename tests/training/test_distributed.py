@@ -240,6 +240,8 @@ def test_leaving_the_world_joins_the_default_groups_gloo_workers(two_ranks, rank
     threads = json.loads((two_ranks[0] / f"threads{rank}.json").read_text())
     if threads["inside"] < 0:
         pytest.skip("no /proc to count threads in")
+    if threads["inside"] == 0 and tuple(map(int, torch.__version__.split(".")[:2])) < (2, 11):
+        pytest.skip("this torch does not name its gloo threads (2.11 does, 2.5 does not)")
     assert threads["inside"] > 0 and threads["after"] == 0, threads
 
 
