@@ -52,7 +52,7 @@ def main() -> None:
     print("| seconds | command |\n| ---: | --- |")
     total = 0.0
     for line, words in readme_commands():
-        if words[0] == "make":
+        if words[0] in ("make", ".", "source"):  # the venv's activation: --smoothcert says which
             continue
         if words[0] == "smoothcert":  # through the shell, as a reader runs it (globs too)
             line = shlex.quote(args.smoothcert) + line[len("smoothcert"):]

@@ -6,6 +6,7 @@ import glob
 import re
 import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def test_readme_image_folder_example_runs(tmp_path, monkeypatch, capsys):
 #   --dataset fashion-mnist → digits and --arch lenet → digits_cnn (a --config recipe of
 #       fashion-mnist gets both flags appended; one of a denoiser, a DDPM or ablation smoothing
 #       keeps its arch, which takes 8×8 digits too): digits needs no download;
-#   --epochs → 1 (a command without one keeps its recipe's: HEAT's 5, one per time step);
+#   --epochs → 1 (a command without one keeps its recipe's: HEAT's 1);
 #   --n → 200 (appended to certify and attack commands without one), --n0 → 20;
 #   --max → 4 (the README's --skip 100 takes at most 4 of the 359 digits test images anyway);
 #   --test-size → 100 (the test images a log's test columns are measured on);
@@ -72,13 +73,19 @@ def test_readme_image_folder_example_runs(tmp_path, monkeypatch, capsys):
 # The commands run in a temporary folder with a link configs/ to the repository's recipes;
 # `printf` lines run in bash. The first block's `make demo` runs first, as a newcomer's does: the
 # Makefile's demo recipe, its sizes (smoothcert.cli.demo's TRAIN, N0, N, MAX) shrunk by the same
-# rules; `make test` is what CI itself runs.
+# rules; `make test` is what CI itself runs. Its activation line (`. .venv/bin/activate`) runs
+# in a newcomer's fresh shell, a bash whose PATH lacks the venv (FRESH_PATH), in that folder with
+# a link .venv to the venv running the tests: `smoothcert` must then be on PATH, from that venv
+# (test_readme_activates_the_venv_in_a_fresh_shell); the smoothcert commands themselves run
+# in-process, shrunk.
 SHRUNK = {"--epochs": "1", "--n": "200", "--n0": "20", "--max": "4", "--test-size": "100"}
 RENAMED = {("--dataset", "fashion-mnist"): "digits", ("--arch", "lenet"): "digits_cnn",
            ("--noise", "discrete-gaussian"): "discrete-gaussian-quantized"}
 APPENDED = {"certify": ("--n",), "attack": ("--n",)}
 ADDED = {"train": ["--train-size", "200"]}  # to a command
 ADDED_CERTIFIER = {"data-dependent": ["--opt", "num_steps=5"]}  # to a --certifier
+ACTIVATE = (".", "source")  # a line that sources a script: the README's activation
+FRESH_PATH = "/usr/bin:/bin"  # a newcomer's shell: no venv, no ~/.local/bin, no /usr/local/bin
 
 
 def bash_blocks() -> list[str]:
@@ -179,6 +186,8 @@ def test_readme_commands_run_top_to_bottom(tmp_path, monkeypatch, capsys):
         if words[0] == "printf":
             subprocess.run(["bash", "-c", line], cwd=tmp_path, check=True)
             continue
+        if words[0] in ACTIVATE:  # run in a fresh shell by the test below
+            continue
         assert words[0] == "smoothcert", f"README runs {line!r}: mark its block {NEEDS!r}"
         args = expanded(shrunk(words[1:]))
         demos = [a for a in args[1:] if args[0] == "report" and Path(a).is_relative_to(demo_out)]
@@ -190,6 +199,30 @@ def test_readme_commands_run_top_to_bottom(tmp_path, monkeypatch, capsys):
     assert {"train", "certify", "attack", "report", "analyze"} <= set(ran)
     assert (tmp_path / "curve.png").is_file() and (tmp_path / "pa.png").is_file()
     assert "| name |" in (tmp_path / "paper.md").read_text()
+
+
+def test_readme_activates_the_venv_in_a_fresh_shell(tmp_path):
+    """After `make demo` the README's commands run as written in a new shell: its lines before
+    the first smoothcert command (but `make`'s) run in a bash with nothing on PATH but
+    FRESH_PATH, where smoothcert is not found, and leave `smoothcert` on PATH, the console script
+    of the venv `make` made (here: the one running the tests), which answers --help."""
+    venv = Path(sys.prefix)
+    if not (venv / "bin" / "activate").is_file():
+        pytest.skip(f"the tests run outside a venv ({venv}): nothing for the README to activate")
+    commands = runnable_commands()
+    first = next(i for i, (_, words) in enumerate(commands) if words[0] == "smoothcert")
+    setup = [line for line, words in commands[:first] if words[0] != "make"]
+    assert any(words[0] in ACTIVATE for _, words in commands[:first]), \
+        "nothing in the README puts smoothcert on PATH before its first smoothcert command"
+    (tmp_path / ".venv").symlink_to(venv)
+    script = "\n".join([
+        "if command -v smoothcert; then echo 'smoothcert is on the fresh PATH' >&2; exit 3; fi",
+        *setup, "command -v smoothcert", "smoothcert --help > /dev/null"])
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          env={"HOME": str(tmp_path), "PATH": FRESH_PATH})
+    assert done.returncode == 0, f"{setup} in a fresh shell, then smoothcert:\n{done.stderr}"
+    found = Path(done.stdout.split()[-1])
+    assert found.resolve() == (venv / "bin" / "smoothcert").resolve(), found
 
 
 def test_readme_shrinking_rules_apply():
