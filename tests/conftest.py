@@ -55,6 +55,42 @@ COHEN_ROWS = [
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25)
 
 
+class Clock:
+    """A clock that moves only when a test (or a :class:`TimedDevice`) moves it."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def launch_bound(rows: int) -> float:
+    """10 ms a launch, 1 µs a row: larger batches are faster per draw, ever less so."""
+    return 0.01 + 1e-6 * rows
+
+
+class TimedDevice(nn.Module):
+    """A linear model of a 1×4×4 input standing for an accelerator: a forward of b rows
+    advances ``clock`` by ``cost(b)`` seconds (half under bf16 autocast), records b in
+    ``batches``, and above ``fits`` rows raises torch's out-of-memory error."""
+
+    def __init__(self, clock: Clock, cost=launch_bound, fits: int | None = None):
+        super().__init__()
+        self.clock, self.cost, self.fits = clock, cost, fits
+        self.register_buffer("w", torch.ones(16, 3))
+        self.batches: list[int] = []
+
+    def forward(self, x):
+        rows = x.shape[0]
+        if self.fits is not None and rows > self.fits:
+            raise torch.OutOfMemoryError("CUDA out of memory (a test)")
+        self.batches.append(rows)
+        half = torch.is_autocast_enabled("cpu")
+        self.clock.now += self.cost(rows) * (0.5 if half else 1.0)
+        return x.flatten(1) @ self.w
+
+
 class DataParallelKeys(nn.Module):
     """What the references' ``nn.DataParallel(net)`` saves (keys ``module.*``) and computes,
     without DataParallel's move of ``net`` to cuda:0 where exactly one GPU is visible: the

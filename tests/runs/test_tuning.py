@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import Clock, TimedDevice
 from smoothcert import Gaussian, certify_dataset
 from smoothcert.data.datasets import load_dataset
 from smoothcert.runs import RunConfig
@@ -19,32 +20,6 @@ from smoothcert.smoothing.smoothed import Smoothed
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Device(nn.Module):
-    """10 ms a forward plus 1 µs a row of ``clock`` (half under bf16 autocast); at most
-    ``fits`` rows."""
-
-    def __init__(self, clock: Clock, fits: int | None = None):
-        super().__init__()
-        self.clock, self.fits, self.calls = clock, fits, 0
-        self.register_buffer("w", torch.ones(16, 3))
-
-    def forward(self, x):
-        if self.fits is not None and x.shape[0] > self.fits:
-            raise torch.OutOfMemoryError("CUDA out of memory (a test)")
-        self.calls += 1
-        half = 0.5 if torch.is_autocast_enabled("cpu") else 1.0
-        self.clock.now += (0.01 + 1e-6 * x.shape[0]) * half
-        return x.flatten(1) @ self.w
-
-
 CFG = RunConfig(certifier="certify", checkpoint_sha256="x", dataset="d", split="test",
                 sigma=0.25, n=100_000, alpha=0.001, batch=1000, seed=0, n0=100)
 X = torch.full((1, 4, 4), 0.5)
@@ -53,7 +28,7 @@ DRAWS = 100 * 100_100  # 100 images
 
 def run_tuned(caplog, tune, fits=None, draws=DRAWS, cfg=CFG):
     clock = Clock()
-    model = Device(clock, fits)
+    model = TimedDevice(clock, fits=fits)
     smoothed = Smoothed(model, Gaussian(0.25), 3)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
@@ -93,7 +68,7 @@ def test_bf16_time_beside_the_runs_own(caplog):
 def test_nothing_is_measured_where_it_would_not_pay(caplog):
     for tune, draws in [(None, DRAWS), (Tuning(), DRAWS), (Tuning(BATCHES), 10**5)]:
         cfg, notes, model = run_tuned(caplog, tune, draws=draws)
-        assert cfg == CFG and notes == [] and model.calls == 0
+        assert cfg == CFG and notes == [] and model.batches == []
     bf16 = dataclasses.replace(CFG, engine={"precision": "bf16"})
     cfg, notes, _ = run_tuned(caplog, Tuning((), ("bf16",)), cfg=bf16)
     assert cfg == bf16 and notes == []  # bf16 beside itself: nothing to say

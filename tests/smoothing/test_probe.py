@@ -4,8 +4,9 @@ per row), and a batch above what it holds raises torch's out-of-memory error."""
 
 import pytest
 import torch
-from torch import nn
 
+from conftest import Clock, launch_bound
+from conftest import TimedDevice as Device
 from smoothcert import Gaussian
 from smoothcert.errors import SmoothcertError
 from smoothcert.smoothing.engine import BatchedVotes
@@ -20,39 +21,6 @@ from smoothcert.smoothing.probe import (
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Device(nn.Module):
-    """A linear model of a 1×4×4 input whose forward of b rows takes ``cost(b)`` seconds of
-    ``clock`` (half under bf16 autocast), and that holds at most ``fits`` rows."""
-
-    def __init__(self, clock: Clock, cost, fits: int | None = None):
-        super().__init__()
-        self.clock, self.cost, self.fits = clock, cost, fits
-        self.register_buffer("w", torch.ones(16, 3))
-        self.batches: list[int] = []
-
-    def forward(self, x):
-        rows = x.shape[0]
-        if self.fits is not None and rows > self.fits:
-            raise torch.OutOfMemoryError("CUDA out of memory (a test)")
-        self.batches.append(rows)
-        half = torch.is_autocast_enabled("cpu")
-        self.clock.now += self.cost(rows) * (0.5 if half else 1.0)
-        return x.flatten(1) @ self.w
-
-
-def launch_bound(rows: int) -> float:
-    """10 ms a launch, 1 µs a row: larger batches are faster per draw, ever less so."""
-    return 0.01 + 1e-6 * rows
 
 
 X = torch.full((1, 4, 4), 0.5)
