@@ -229,7 +229,8 @@ DEFAULT_OPTIONS = {  # the run identities' and configs' options before the idiom
     "aces": {"selection": "checkpoint", "entropy_threshold": None, "alpha_split": 0.5,
              "selection_n": None},
     # Step 17: double sampling (Li et al. 2022)
-    "dsrs": {"th": "x", "q_share": 0.5, "alpha_split": 0.5, "search": "precise", "unit": 0.01},
+    "dsrs": {"q": "ball", "th": "x+", "q_scale": 0.8, "q_share": 0.5, "alpha_split": 0.5,
+             "bounds": "lower", "count": "selection", "tol": 1e-4},
     # Step 18: certified segmentation (Fischer et al. 2021)
     "segment": {"tau": 0.75, "correction": "holm"},
     # Step 18: median smoothing (Chiang et al. 2020)

@@ -34,7 +34,7 @@ LEVELS = (0, 26, 46, 50, 53, 64, 115, 179, 230, 255)  # the sound noises' inputs
 ROLE_MODELS = {"aces": lambda oracle: {"selection": oracle, "core": oracle}}
 CASES = [(name, noise) for name in certifying() if CERTIFIERS[name].uses_noise
          and "classification" in CERTIFIERS[name].tasks
-         for noise in (CERTIFIERS[name].noises or sorted(NOISES))]
+         for noise in (NOISES[n].example or n for n in CERTIFIERS[name].noises or sorted(NOISES))]
 
 
 def points(noise):

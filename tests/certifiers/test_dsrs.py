@@ -65,9 +65,10 @@ def test_q_draws_follow_the_truncated_gaussian_and_its_halfspace_mass():
 
 
 def test_th_options_and_the_authors_heuristic():
-    assert parse_th("0.25") == 0.25 and parse_th("x") is None
+    assert parse_th("0.25") == 0.25 and parse_th("x") == "x" and parse_th("x+") == "x+"
     assert CERTIFIERS["dsrs"](th=0.25).th == "0.25"  # a number, as YAML reads --opt th=0.25
-    for bad in ("1.5", "0", "1", "x+", "nan", 1.5, True):
+    assert CERTIFIERS["dsrs"]().th == "x+"  # the authors' best, the default
+    for bad in ("1.5", "0", "1", "x2", "nan", 1.5, True):
         with pytest.raises(SmoothcertError, match="th must be a percentile"):
             CERTIFIERS["dsrs"](th=bad)
     # th_heuristic.get_beta: 0.08·(−ln(1 − p) − 5) + 0.6, 0.5 below ½
@@ -94,7 +95,8 @@ def test_records_hold_both_bounds_and_never_fall_below_cohen():
         assert row["radius"] == row["radius_l2"]
         if row["predict"] >= 0:  # the halfspace: never past the hyperplane
             assert row["radius"] <= abs(xs[row["idx"], 0, 0, 0].item() - 0.2) + 1e-9
-            assert row["radius_np"] == pytest.approx(0.25 * stats.norm.ppf(row["p_lower"]))
+            cohen = 0.25 * stats.norm.ppf(row["p_lower"])  # the walk stops 1e-4·σ short at most
+            assert cohen - 0.25 * 2e-4 <= row["radius_np"] <= cohen
             assert row["q_lower"] > 0 and row["th"] == 0.5
     assert max(r["radius"] for r in rows) > 0
 

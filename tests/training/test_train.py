@@ -323,8 +323,8 @@ def test_the_trainer_draws_every_noise_from_the_noise_registry(name, monkeypatch
 
 def test_noise_is_checked():
     with pytest.raises(SmoothcertError, match="unknown noise 'cauchy'; known: discrete-gaussian, "
-                       "discrete-gaussian-quantized, exp-inf, exp1, exp2, gaussian, laplace, "
-                       "pareto, uniform"):
+                       "discrete-gaussian-quantized, exp-inf, exp1, exp2, gaussian, "
+                       "general-gaussian, laplace, pareto, uniform"):
         TrainConfig.from_dict({**CONFIG.to_dict(), "noise": "cauchy"})
     assert CONFIG.noise == "gaussian" and CONFIG.to_dict()["noise"] == "gaussian"
 

@@ -1,47 +1,54 @@
 """Double Sampling Randomized Smoothing (Li, Zhang, Xie & Li, ICML 2022, arXiv 2206.07912).
 
-Besides p_A under the run's Gaussian P = N(0, σ²I), estimate the top class's probability q_A
-under a second distribution Q, the Gaussian conditioned on ‖δ‖₂ ≤ T (the authors'
-thresholded Gaussian, :class:`~smoothcert.noise.dsrs_q.TruncatedGaussian`); the two bounds
-together certify an ℓ2 radius at least Cohen's, larger when q_A is above what the
-Neyman–Pearson halfspace would have under Q (:mod:`smoothcert.stats.dsrs`).
+Besides p_A under the run's noise P — the Gaussian, or the generalized Gaussian of the paper's
+headline table (``--noise general-gaussian:k=380``) — estimate the top class's probability q_A
+under a second distribution Q: P truncated to a ball (``q=ball``, the authors' ``-th``
+distributions: their choice on ImageNet) or the same family at a smaller σ (``q=scale``, σ_Q =
+q_scale·σ: their choice on MNIST and CIFAR-10, 0.8σ). The two bounds together certify an ℓ2
+radius at least Neyman–Pearson's from p alone, larger when q_A is above what the
+Neyman–Pearson set has under Q (:mod:`smoothcert.stats.radial_dual`).
 
-Per input: ĉ_A from ``n0`` selection draws under P, then n_P = n − nq estimation draws under P
-and nq = round(q_share·n) under Q (the run's ``--n`` is the budget of both: the authors
-compare DSRS with 50,000 + 50,000 draws to CERTIFY with 100,000). One-sided Clopper–Pearson
-lower bounds: p_lower at α·alpha_split, q_lower at α·(1 − alpha_split) (a union bound: both
-hold with probability ≥ 1 − α). Q's threshold T² = σ²·F⁻¹_{χ²_d}(th): a fixed percentile th in
-(0, 1), or ``x``, the authors' heuristic from p_lower, th = 0.08·(−ln(1 − p_lower) − 5) + 0.6
-(0.5 below p_lower ½; clipped to [0.05, 0.99]), chosen before the Q draws, which are fresh, so
-q_lower's bound holds given th. Guarantee: with probability ≥ 1 − α over the draws, the
-smoothed classifier predicts ``predict`` on the ℓ2 ball of ``radius`` (≥ ``radius_np`` =
-σΦ⁻¹(p_lower), Cohen's radius at the same p_lower); −1 (radius 0) when p_lower < ½, and then
-no Q draw is made (nq 0).
-
-Deviations from the authors' code: their Clopper–Pearson intervals are two-sided (α = 0.0005
-per sampling) and their ``check`` also uses the upper bounds; we use the one-sided lower bounds
-at the split α (the upper bounds tighten the certificate only when q_A's upper bound is
-below the Q-mass of Cohen's halfspace, where the lower bounds alone give Cohen's radius:
-:mod:`smoothcert.stats.dsrs`). Their ``x+`` (the README's best; ``x`` except when all P
-votes are for ĉ_A, where the Q budget is drawn under P instead and pooled) is not offered: the
-default is ``x``. Q as a Gaussian of another σ (their ``gaussian`` disttype) is not offered:
-its certificate needs a 2-D integral.
+Per input: ĉ_A from ``n0`` selection draws under P (or, with ``count=label``, the authors'
+counting: the votes of the true label, no selection draws; predict is the label when
+certified), then n_P = n − nq estimation draws under P and nq = round(q_share·n) under Q (the
+run's ``--n`` is the budget of both: the authors compare DSRS with 50,000 + 50,000 draws to
+Neyman–Pearson with 100,000). Clopper–Pearson lower bounds: p_lower at α·alpha_split, q_lower
+at α·(1 − alpha_split) (a union bound: both hold with probability ≥ 1 − α); with
+``bounds=two-sided`` each at half its share, the levels of the authors' two-sided intervals.
+Q's ball: a fixed percentile ``th`` of P's mass, ``x`` (the authors' heuristic from p_lower,
+th = 0.08·(−ln(1 − p_lower) − 5) + 0.6; 0.5 below p_lower ½; clipped to [0.05, 0.99]) or
+``x+`` (default; the README's best): ``x``, except where every P draw voted ĉ_A, where the Q
+budget is drawn under P instead and pooled with the P draws, and the radius is Neyman–Pearson's
+at the pooled count (th recorded as 1), bounded at p_lower's share of α: the failure events
+{unanimous, pooled bound wrong} and {not unanimous, p_lower wrong} together have probability at
+most that share (where p^n_P ≥ the share a unanimous p_lower is right, else the first lies in
+the second's {n_A ≥ its threshold}), so with q_lower's share the union stays α (the authors
+bound the pooled count at all of α, which this argument does not cover). The ball is chosen
+before the Q draws, which are fresh, so q_lower's bound holds given it. Guarantee: with
+probability ≥ 1 − α over the draws, the smoothed classifier predicts ``predict`` on the ℓ2 ball
+of ``radius`` (≥ ``radius_np``, Neyman–Pearson's at the same p_lower); −1 (radius 0) when
+p_lower ≤ ½, and then no Q draw is made (nq 0). Deviations from the authors' code: their
+certificate (``algo.py``: ``check``) also uses the upper bounds of the two-sided intervals;
+ours uses the lower bounds only (sound; the upper bounds add only where q_A's upper bound is
+below the Q-mass of the Neyman–Pearson set). Their radius is a binary search; ours a walk that
+needs no monotonicity (radial_dual's doc).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtri
+from scipy import special
 
 from ..errors import SmoothcertError
 from ..noise.dsrs_q import TruncatedGaussian
 from ..registry import option
 from ..smoothing.engine import Draws
 from ..stats import clopper_pearson_lower
-from ..stats.dsrs import MIN_DIM, SEARCHES, dsrs_radius
+from ..stats.radial_dual import Problem, RadialLaw, certified_radius
 from .certifier import (
     CERTIFY_COLUMNS,
     Certifier,
@@ -52,24 +59,26 @@ from .certifier import (
 from .certify import note_too_few_draws
 from .columns import Relation, count, distance, probability
 
+HEURISTICS = ("x", "x+")
 
-def parse_th(text: str) -> float | None:
-    """A threshold percentile in (0, 1) as a float, or None for the heuristic ``x``."""
-    if text == "x":
-        return None
+
+def parse_th(text: str) -> float | str:
+    """A threshold percentile in (0, 1) as a float, or the heuristic ``x`` / ``x+``."""
+    if text in HEURISTICS:
+        return text
     try:
         th = float(text)
     except ValueError:
         th = math.nan
     if not 0.0 < th < 1.0:
-        raise SmoothcertError(f"dsrs: th must be a percentile in (0, 1) or 'x', got {text!r}")
+        raise SmoothcertError(f"dsrs: th must be a percentile in (0, 1), x or x+, got {text!r}")
     return th
 
 
 def th_text(value) -> str:
     """The ``th`` option as text (the CLI's ``--opt th=0.5`` arrives as a number)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise SmoothcertError(f"dsrs: th must be a percentile in (0, 1) or 'x', got {value!r}")
+        raise SmoothcertError(f"dsrs: th must be a percentile in (0, 1), x or x+, got {value!r}")
     return str(value)
 
 
@@ -91,27 +100,36 @@ def split_draws(n: int, q_share: float) -> tuple[int, int]:
 
 @register_certifier("dsrs")
 class DSRS(Certifier):
-    """Double sampling (Li et al. 2022): p_A under the Gaussian, q_A under it truncated to a
-    ball; an ℓ2 radius never below CERTIFY's at the same p_lower (the module's doc)."""
+    """Double sampling (Li et al. 2022): p_A under the (generalized) Gaussian P, q_A under Q,
+    P in a ball or at a smaller σ; an ℓ2 radius never below Neyman–Pearson's at the same
+    p_lower (the module's doc)."""
 
     @dataclass(frozen=True)
     class Options:
-        th: str = option("x", "Q's ball as a percentile of ‖δ‖'s law, in (0, 1), or x: the "
-                         "authors' heuristic from p_lower", convert=th_text)
+        q: str = option("ball", "Q: ball (P truncated to a ball of P-mass th) or scale (P's "
+                        "family at sigma q_scale*sigma)", choices=("ball", "scale"))
+        th: str = option("x+", "Q's ball as a percentile of P's mass, in (0, 1), or x / x+: "
+                         "the authors' heuristics from p_lower (x+: Q drawn under P and pooled "
+                         "where every P draw agrees)", convert=th_text)
+        q_scale: float = option(0.8, "with q=scale: sigma_Q / sigma, in (0, 1) (the authors: "
+                                "0.8)")
         q_share: float = option(0.5, "share of --n drawn under Q (the rest under P)")
         alpha_split: float = option(0.5, "share of --alpha for p_lower (the rest for q_lower)")
-        search: str = option("precise", "radius search: precise (bisection) or grid",
-                             choices=SEARCHES)
-        unit: float = option(0.01, "radius search step, in units of sigma")
+        bounds: str = option("lower", "lower: one-sided bounds; two-sided: each at the level "
+                             "of the authors' two-sided intervals", choices=("lower", "two-sided"))
+        count: str = option("selection", "selection: c_A from --n0 draws; label: the votes of "
+                            "the true label, no selection draws (the authors')",
+                            choices=("selection", "label"))
+        tol: float = option(1e-4, "radius tolerance, in units of sigma*sqrt(d/(d-2k))")
 
         def __post_init__(self):
             parse_th(self.th)
-            for name in ("q_share", "alpha_split"):
+            for name in ("q_share", "alpha_split", "q_scale"):
                 if not 0.0 < getattr(self, name) < 1.0:
                     raise SmoothcertError(f"dsrs: {name} must be in (0, 1), got "
                                           f"{getattr(self, name)}")
-            if not 0.0 < self.unit <= 1.0:
-                raise SmoothcertError(f"dsrs: unit must be in (0, 1], got {self.unit}")
+            if not 0.0 < self.tol <= 0.1:
+                raise SmoothcertError(f"dsrs: tol must be in (0, 0.1], got {self.tol}")
 
     columns = CERTIFY_COLUMNS[:-1] + ("q_lower", "nQ", "nq", "th", "radius_np", "seed")
     column_rules = {"q_lower": probability("q_lower"), "nQ": count("nQ"), "nq": count("nq"),
@@ -119,10 +137,10 @@ class DSRS(Certifier):
     relations = (
         Relation(("nQ", "nq"), lambda a, n: a > n, lambda a, n: f"nQ is {a}, more than nq ({n})"),
         Relation(("radius", "radius_np"), lambda r, c: r < c,
-                 lambda r, c: f"radius is {r}, below Cohen's radius_np {c}"),
+                 lambda r, c: f"radius is {r}, below Neyman-Pearson's radius_np {c}"),
     )
     needs_n0 = True
-    noises = ("gaussian",)
+    noises = ("gaussian", "general-gaussian")
 
     def row_passes(self, records):
         """n0 + n (under P) + nq (the draws under Q; 0 where it abstained before them)."""
@@ -141,36 +159,46 @@ class DSRS(Certifier):
 
     def program(self, run, x, label, idx, generator):
         cfg, smoothed = run.config, run.smoothed
-        sigma, d = smoothed.noise.scalar_sigma(), x.numel()
-        if d < MIN_DIM:
-            raise SmoothcertError(f"dsrs needs inputs of at least {MIN_DIM} coordinates, "
-                                  f"got {d}")
+        noise, d = smoothed.noise, x.numel()
+        k = float(getattr(noise, "k", None) or 0.0)
+        design = Design(d, k, self.q, self.q_scale, self.alpha_split, self.bounds, self.tol)
         x = smoothed.prepare_input(x, generator)
         n_p, nq = split_draws(cfg.n, self.q_share)
-        selection, estimation = yield Draws(x, smoothed.noise, (cfg.n0, n_p), generator)
-        c_hat = int(selection.argmax())
+        if self.count == "label":
+            (estimation,) = yield Draws(x, noise, (n_p,), generator)
+            c_hat, n0 = int(label), 0
+        else:
+            selection, estimation = yield Draws(x, noise, (cfg.n0, n_p), generator)
+            c_hat, n0 = int(selection.argmax()), cfg.n0
         n_a = int(estimation[c_hat])
-        p_lower = clopper_pearson_lower(n_a, n_p, cfg.alpha * self.alpha_split)
-        th = parse_th(self.th)
-        th = heuristic_th(p_lower) if th is None else th
-        n_qa = 0
+        p_lower = design.p_lower(n_a, n_p, cfg.alpha)
+        th = self._threshold(p_lower, n_a == n_p)
+        n_qa, drawn = 0, 0
         if p_lower >= 0.5:  # an abstention needs no Q draw
-            (q_counts,) = yield Draws(x, TruncatedGaussian(sigma, th), (nq,), generator)
-            n_qa = int(q_counts[c_hat])
-        c = dsrs_certificate(n_a, n_p, n_qa, nq if p_lower >= 0.5 else 0, cfg.alpha,
-                             self.alpha_split, sigma, d, th, search=self.search,
-                             unit=self.unit)
+            q_noise = design.q_noise(noise, th)
+            (q_counts,) = yield Draws(x, q_noise, (nq,), generator)
+            n_qa, drawn = int(q_counts[c_hat]), nq
+        c = scaled(design.certificate(n_a, n_p, n_qa, drawn, cfg.alpha, th),
+                   noise.scalar_sigma())
         predict = -1 if c.abstained else c_hat
         return {"predict": predict, "radius": c.radius, "correct": int(predict == label),
-                "p_lower": c.p_lower, "nA": n_a, "n0": cfg.n0, "n": n_p, "alpha": cfg.alpha,
-                "sigma": sigma, **radius_columns(converted_radii(c.radius, "l2", d)),
-                "q_lower": c.q_lower, "nQ": n_qa, "nq": c.nq, "th": th,
-                "radius_np": c.radius_np}
+                "p_lower": c.p_lower, "nA": n_a, "n0": n0, "n": n_p, "alpha": cfg.alpha,
+                "sigma": noise.scalar_sigma(),
+                **radius_columns(converted_radii(c.radius, "l2", d)),
+                "q_lower": c.q_lower, "nQ": n_qa, "nq": c.nq, "th": th, "radius_np": c.radius_np}
+
+    def _threshold(self, p_lower: float, unanimous: bool) -> float:
+        """Q's ball: the option's percentile, the heuristic ``x``, or 1 (Q = P, pooled) for
+        ``x+`` where every P draw voted ĉ_A; 1 also for ``q=scale`` (no ball)."""
+        th = parse_th(self.th)
+        if self.q == "scale" or (th == "x+" and unanimous):
+            return 1.0
+        return heuristic_th(p_lower) if isinstance(th, str) else th
 
 
 @dataclass(frozen=True)
 class DSRSCertificate:
-    """Unless ``abstained`` (p_lower < ½: radius 0), with probability ≥ 1 − α over the draws
+    """Unless ``abstained`` (p_lower ≤ ½: radius 0), with probability ≥ 1 − α over the draws
     the smoothed classifier keeps its class on the ℓ2 ball of ``radius`` ≥ ``radius_np``."""
 
     radius: float
@@ -181,17 +209,89 @@ class DSRSCertificate:
     nq: int
 
 
+@dataclass(frozen=True)
+class Design:
+    """P (the generalized Gaussian of ``k``, k = 0 the Gaussian) and Q in ``d`` dimensions, and
+    how the draws become bounds (the certifier's options)."""
+
+    d: int
+    k: float = 0.0
+    q: str = "ball"
+    q_scale: float = 0.8
+    alpha_split: float = 0.5
+    bounds: str = "lower"
+    tol: float = 1e-4
+
+    @property
+    def scale(self) -> float:
+        """s/σ = √(d/(d − 2k)): the radial laws' unit."""
+        m = self.d - 2.0 * self.k
+        if self.d < 2 or m < 2:
+            raise SmoothcertError(f"dsrs needs d >= 2 and d - 2k >= 2, got d = {self.d}, "
+                                  f"k = {self.k:g}")
+        return math.sqrt(self.d / m)
+
+    def level(self, share: float, alpha: float) -> float:
+        """The one-sided level of a bound given ``share`` of α (half of it when two-sided)."""
+        return alpha * share / (2.0 if self.bounds == "two-sided" else 1.0)
+
+    def p_lower(self, n_a: int, n_p: int, alpha: float) -> float:
+        return clopper_pearson_lower(n_a, n_p, self.level(self.alpha_split, alpha))
+
+    def q_noise(self, noise, th: float):
+        """Q's sampler: P itself (th 1: x+ pooled), P in the ball, or P's family at q_scale·σ."""
+        if self.q == "scale":
+            return type(noise)(self.q_scale * noise.scalar_sigma())
+        return noise if th >= 1.0 else TruncatedGaussian(noise.scalar_sigma(), th, self.k)
+
+    def certificate(self, n_a: int, n_p: int, n_qa: int, nq: int, alpha: float,
+                    th: float) -> DSRSCertificate:
+        """The certificate (radii in units of σ) of ĉ_A from ``n_a`` of ``n_p`` votes under P
+        and ``n_qa`` of ``nq`` under Q (chosen before the Q draws; ``nq`` 0: none drawn).
+        With th = 1 under a ball (x+), Q is P: the counts are pooled, bounded at p_lower's
+        share of α (the module's doc), Neyman–Pearson's radius."""
+        s = self.scale
+        if nq and self.q == "ball" and th >= 1.0:
+            pooled = self.p_lower(n_a + n_qa, n_p + nq, alpha)
+            radius = s * _radius(self, pooled, 0.0, 1.0) if pooled > 0.5 else 0.0
+            return DSRSCertificate(radius, radius, pooled <= 0.5, pooled, 0.0, nq)
+        p_lower = self.p_lower(n_a, n_p, alpha)
+        q_lower = clopper_pearson_lower(n_qa, nq, self.level(1.0 - self.alpha_split, alpha)) \
+            if nq else 0.0
+        if p_lower <= 0.5:
+            return DSRSCertificate(0.0, 0.0, True, p_lower, q_lower, nq)
+        radius_np = s * _radius(self, p_lower, 0.0, 1.0)
+        both = s * _radius(self, p_lower, q_lower, th) if nq else radius_np
+        return DSRSCertificate(max(both, radius_np), radius_np, False, p_lower, q_lower, nq)
+
+    def problem(self, th: float, with_q: bool) -> Problem:
+        """The laws in units of s: P, and Q (its ball of P-mass th, or the smaller scale)."""
+        p_law = RadialLaw(self.d, self.k)
+        if not with_q:
+            return Problem(p_law)
+        if self.q == "scale":
+            return Problem(p_law, RadialLaw(self.d, self.k, c=self.q_scale))
+        cut = math.sqrt(2.0 * special.gammaincinv((self.d - 2.0 * self.k) / 2.0, th))
+        return Problem(p_law, RadialLaw(self.d, self.k, cut=cut))
+
+
+@functools.lru_cache(maxsize=65536)
+def _radius(design: Design, p: float, q: float, th: float) -> float:
+    """The certified radius in units of s (cached: a run repeats its count pairs); q = 0: from
+    p alone."""
+    return certified_radius(design.problem(th, q > 0), p, q, tol=design.tol)
+
+
 def dsrs_certificate(n_a: int, n_p: int, n_qa: int, nq: int, alpha: float,
-                     alpha_split: float, sigma: float, d: int, th: float, *,
-                     search: str = "precise", unit: float = 0.01) -> DSRSCertificate:
-    """The certificate of ĉ_A from its votes: ``n_a`` of ``n_p`` draws under P, ``n_qa`` of
-    ``nq`` under Q (ball of P-mass ``th``, chosen before the Q draws), in ``d`` dimensions;
-    p_lower at α·alpha_split, q_lower at α·(1 − alpha_split) (0 when nq is 0)."""
-    p_lower = clopper_pearson_lower(n_a, n_p, alpha * alpha_split)
-    q_lower = clopper_pearson_lower(n_qa, nq, alpha * (1.0 - alpha_split)) if nq else 0.0
-    if p_lower < 0.5:
-        return DSRSCertificate(0.0, 0.0, True, p_lower, q_lower, nq)
-    radius_np = sigma * float(ndtri(p_lower))
-    radius = max(radius_np, dsrs_radius(p_lower, q_lower, sigma, d, th, search=search,
-                                        unit=unit))
-    return DSRSCertificate(radius, radius_np, False, p_lower, q_lower, nq)
+                     alpha_split: float, sigma: float, d: int, th: float,
+                     **design) -> DSRSCertificate:
+    """The certificate of ĉ_A in pixel units: :meth:`Design.certificate` scaled by σ, for a
+    fixed ball ``th`` (or, with ``q="scale"`` in ``design``, Q at q_scale·σ)."""
+    c = Design(d, alpha_split=alpha_split, **design).certificate(n_a, n_p, n_qa, nq, alpha, th)
+    return scaled(c, sigma)
+
+
+def scaled(c: DSRSCertificate, sigma: float) -> DSRSCertificate:
+    """A certificate in units of σ (:meth:`Design.certificate`) in pixel units."""
+    return DSRSCertificate(sigma * c.radius, sigma * c.radius_np, c.abstained, c.p_lower,
+                           c.q_lower, c.nq)

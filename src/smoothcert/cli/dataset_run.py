@@ -52,13 +52,24 @@ def model_args(p) -> None:
 
 
 def noise_args(p) -> None:
-    p.add_argument("--noise", choices=sorted(names("noises")),
+    p.add_argument("--noise", type=noise_arg, metavar="NAME[:KEY=VALUE]",
                    help="smoothing noise; σ is its per-coordinate standard deviation (default: "
-                        "the checkpoint's)")
+                        "the checkpoint's); a family's parameters after a colon, e.g. "
+                        "general-gaussian:k=380")
     p.add_argument("--sigma", type=sigma_arg,
                    help="noise level (default: the checkpoint's; required for a classifier "
                         "trained without noise, e.g. train --method standard); a "
                         "comma-separated list, largest first, for --certifier cascade")
+
+
+def noise_arg(text: str) -> str:
+    """--noise: a known noise's name, with its family's parameters after a colon (checked by
+    the library, which knows what each family takes)."""
+    known = sorted(names("noises"))
+    if text.partition(":")[0] not in known:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from "
+                                         f"{', '.join(known)})")
+    return text
 
 
 def sigma_arg(text: str):

@@ -26,9 +26,40 @@ from ..registry import Registry
 
 Sigma = float | torch.Tensor
 
-NOISES: Registry = Registry("noise")
+class NoiseRegistry(Registry):
+    """The noises by name. A family with :attr:`Noise.parameters` is also found as
+    ``NAME:KEY=VALUE,...`` (``general-gaussian:k=380``): the family's class bound to those
+    values (:meth:`Noise.bind`), whose ``name`` is that canonical text, so the one string a
+    checkpoint, a run identity or a record stores names the whole distribution."""
+
+    def __missing__(self, name):
+        family, sep, given = name.partition(":") if isinstance(name, str) else (name, "", "")
+        cls = self.get(family)
+        if not sep or cls is None or not cls.parameters:
+            return super().__missing__(name)
+        return cls.bind(_parse_parameters(family, given, cls.parameters))
+
+
+def _parse_parameters(family: str, text: str, known: dict) -> dict[str, float]:
+    """``k=380,...`` as floats, every key one of ``known``, each once."""
+    values = {}
+    for item in filter(None, text.split(",")):
+        key, eq, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not eq or key not in known or key in values or not math.isfinite(number):
+            raise SmoothcertError(f"noise {family!r}: expected {family}:KEY=VALUE with KEY one "
+                                  f"of {', '.join(known)} (each once) and a finite number, "
+                                  f"got {text!r}")
+        values[key] = number
+    return values
+
+
+NOISES: Registry = NoiseRegistry("noise")
 """Noise name (``--noise``) -> :class:`Noise` subclass taking σ; checkpoints and run identities
-store the name."""
+store the name (with its parameters, ``NAME:KEY=VALUE``, for a family that has some)."""
 
 NORMS = ("l2", "l1", "linf")
 """Norms a certified ball may be measured in: every record of a noise's certificate carries one
@@ -57,7 +88,16 @@ class Noise(abc.ABC):
     """
 
     name: ClassVar[str] = ""
-    """The registry name, set by :func:`register_noise`."""
+    """The registry name, set by :func:`register_noise` (with the parameters of a bound
+    family: ``general-gaussian:k=380``)."""
+    family: ClassVar[str] = ""
+    """The registered name without parameters: what a plug-in's list of noises names."""
+    parameters: ClassVar[dict[str, str]] = {}
+    """A family's parameters besides σ (KEY -> its meaning), given as ``NAME:KEY=VALUE``;
+    empty for a noise that has none."""
+    example: ClassVar[str] = ""
+    """For a family with parameters: a full name that draws in any d >= 4 (what a test or a
+    listing that tries every noise uses)."""
     norm: ClassVar[str]
     """The primary norm (one of :data:`NORMS`): the norm of the ball :meth:`radius` certifies,
     and of a record's ``radius`` column."""
@@ -140,6 +180,12 @@ class Noise(abc.ABC):
             out[target] = float(best) if np.ndim(best) == 0 else best
         return out
 
+    @classmethod
+    def bind(cls, values: dict[str, float]) -> type[Noise]:
+        """The family bound to its parameters ``values`` (a subclass named by the canonical
+        ``NAME:KEY=VALUE`` text); a family with parameters overrides it to validate them."""
+        raise SmoothcertError(f"noise {cls.family!r} takes no parameters")
+
     def sigma_repr(self):
         """σ as plain Python (a float, or a list for per-sample σ), for reprs and records."""
         return float(self.sigma) if isinstance(self.sigma, float) else self.sigma.tolist()
@@ -205,7 +251,7 @@ def register_noise(name: str) -> Callable[[type[Noise]], type[Noise]]:
                             f"norms of {', '.join(NORMS)}")
         if cls.soft_radius is not None and not cls.per_sample_sigma:
             raise TypeError(f"noise {name!r} declares a soft radius but no per-sample σ")
-        cls.name = name
+        cls.name = cls.family = name
         return NOISES.register(name)(cls)
 
     return register
@@ -240,6 +286,11 @@ def require_dim(noise: str, dim, low: int = 1) -> int:
         raise SmoothcertError(f"noise {noise!r} needs the input dimension d = C*H*W >= {low} "
                               f"for its radius, got {dim!r}")
     return int(dim)
+
+
+def noise_examples() -> tuple[str, ...]:
+    """One usable name per registered noise: its name, or its family's :attr:`Noise.example`."""
+    return tuple(cls.example or name for name, cls in NOISES.items())
 
 
 def noises_with(capability: str) -> tuple[str, ...]:

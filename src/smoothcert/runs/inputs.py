@@ -173,7 +173,7 @@ def sigma_and_noise(sigma, noise: str | None, source: ModelSource,
     meta = source.meta
     stored = meta.get("noise") or {}
     if isinstance(sigma, tuple(NOISES.values())):
-        name = next(k for k, cls in NOISES.items() if type(sigma) is cls)
+        name = type(sigma).name  # with its parameters: general-gaussian:k=380
         if noise is not None and noise != name:
             raise SmoothcertError(f"noise {noise!r} disagrees with the noise object {sigma!r}")
         sigma, noise = sigma.scalar_sigma(), name

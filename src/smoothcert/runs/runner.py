@@ -185,8 +185,8 @@ def _resolved_names(certifier: str, noise: str) -> tuple[str, str]:
             raise SmoothcertError(f"certifier {certifier!r} {needs} noise; its run's noise "
                                   f"cannot be {noise!r}")
         return certifier, noise
-    NOISES[noise]  # an unknown name raises with the list of known ones
-    if cls.noises is not None and noise not in cls.noises:
+    family = NOISES[noise].family  # an unknown name raises with the list of known ones
+    if cls.noises is not None and family not in cls.noises:
         raise SmoothcertError(f"certifier {certifier!r} certifies with noise "
                               f"{', '.join(cls.noises)} only, not {noise!r}")
     return certifier, noise

@@ -252,7 +252,8 @@ def _name_problems(d: Mapping[str, Any]) -> list[str]:
     problems = []
     for kind, known in _named_fields().items():
         value = d.get(kind)
-        if isinstance(value, str) and value not in known and not _external_arch(kind, value):
+        if isinstance(value, str) and value not in known and not _external_arch(kind, value) \
+                and not _parametrized_noise(kind, value):
             problems.append(str(_unknown(kind, value, known)))
     return problems
 
@@ -269,6 +270,12 @@ def _external_arch(kind: str, value: str) -> bool:
     """``torchvision:NAME`` or ``timm:NAME``: its name is checked when the model is built."""
     zoo, _, name = value.partition(":")
     return kind == "arch" and bool(name) and zoo in EXTERNAL_ZOOS
+
+
+def _parametrized_noise(kind: str, value: str) -> bool:
+    """``general-gaussian:k=380``: a family with parameters, checked when the noise is built."""
+    family = NOISES.get(value.partition(":")[0])
+    return kind == "noise" and family is not None and bool(family.parameters)
 
 
 def _unknown(kind: str, value: str, known) -> SmoothcertError:
@@ -299,7 +306,7 @@ def _validated(c: TrainConfig) -> dict[str, Any]:
         "sigma": _check_sigma(c.sigma, method),
         "epochs": check_count("epochs", c.epochs),
         "method_params": method.hparams(),
-        "noise": _check_name("noise", c.noise, NOISES),
+        "noise": NOISES[_check_str("noise", c.noise)].name,  # unknown: one line, the names
         "batch_size": check_count("batch_size", c.batch_size, maximum=MAX_BATCH),
         "optimizer": _check_name("optimizer", _or(c.optimizer, unset, "optimizer"), OPTIMIZERS),
         "lr": check_positive_finite("lr", _or(c.lr, unset, "lr")),
@@ -326,6 +333,7 @@ def _validated(c: TrainConfig) -> dict[str, Any]:
     values.update(check_label_fields(c, method))  # ACES' selection labels (labels.py)
     _check_task(values["dataset"], arch, method)
     if method.uses_noise:
+        values["noise"] = NOISES[values["noise"]].name  # canonical: general-gaussian:k=380
         _check_method_noise(method, values["noise"])
         NOISES[values["noise"]].check_sigma(values["sigma"])  # e.g. an exact sampler's bound
     return {**values, "sigma_mode_params": mode.params()}
@@ -367,7 +375,7 @@ def _classifier_methods() -> list[str]:
 
 def _check_method_noise(method, noise: str) -> None:
     """A method whose loss is written for one noise (e.g. MACER's σΦ⁻¹ radius) refuses another."""
-    if method.noises is not None and noise not in method.noises:
+    if method.noises is not None and NOISES[noise].family not in method.noises:
         raise SmoothcertError(f"method {method.name!r} trains with noise "
                               f"{', '.join(method.noises)} only, not {noise!r}")
 

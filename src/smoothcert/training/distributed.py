@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -207,6 +208,17 @@ def _check_launch_env(env: Mapping[str, str]) -> None:
     launcher_rank(env)  # RANK an integer below WORLD_SIZE
 
 
+DRAIN_SECONDS = 0.2
+"""How long a rank that joined a group sleeps before destroying it. A gloo worker frees each
+finished collective right after the caller was woken; where the caller already dropped the
+collective's tensors (``all_gather_object``'s, a barrier's), freeing them needs the GIL. Torch
+2.5's ``~ProcessGroupGloo`` joins its workers while its caller holds the GIL, so a worker
+still waiting for it deadlocks the rank for good (seen on a rank whose peer had exited:
+main thread in ``std::thread::join``, the worker in ``gil_scoped_acquire``). Sleeping
+releases the GIL and lets every worker finish first; no collective is needed, so a rank
+leaving on an exception (its peers gone) sleeps and leaves as well."""
+
+
 @contextlib.contextmanager
 def join(device="cpu", env: Mapping[str, str] = os.environ) -> Iterator[World]:
     """The :class:`World` of this process for a block.
@@ -237,6 +249,7 @@ def join(device="cpu", env: Mapping[str, str] = os.environ) -> Iterator[World]:
             yield World(0, 1, device)
     finally:
         if joined:
+            time.sleep(DRAIN_SECONDS)  # see DRAIN_SECONDS: the GIL free for the gloo workers
             dist.destroy_process_group()
 
 
