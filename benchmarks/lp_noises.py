@@ -39,6 +39,7 @@ from common import print_environment
 from sound_noise import timed
 
 from smoothcert.noise import NOISES, tables
+from smoothcert.noise.base import noise_examples
 from smoothcert.runs import certify_dataset
 
 SHAPE, CLASSES, DIM = (1, 28, 28), 10, 784
@@ -162,7 +163,8 @@ def table(times: dict, args) -> list[str]:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--noises", nargs="+", default=list(NOISES), choices=list(NOISES),
+    p.add_argument("--noises", nargs="+", default=list(noise_examples()),
+                   choices=list(noise_examples()),
                    help="default: every registered noise (gaussian is always added)")
     p.add_argument("--sigma", type=float, default=0.5)
     p.add_argument("--images", type=int, default=2)
