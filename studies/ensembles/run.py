@@ -36,18 +36,26 @@ sys.path.insert(0, str(HERE.parent))  # studies/driver.py
 from driver import (  # noqa: E402
     ROOT,
     SMOOTHCERT,
+    Comparison,
     call,
     data_flags,
     output_folder,
     parser,
     readme,
     splice_block,
+    summary,
+    write_verdicts,
 )
 
 SIGMAS = {"s025": "0.25", "s050": "0.5"}
 SEEDS = (0, 1, 2)
 RECIPE = ROOT / "studies/sequential/records/fmnist_lenet_s025.config.yaml"
 RADII = {"s025": "0:1:0.25", "s050": "0:2:0.5"}
+# Horváth et al.'s claim, the ensemble certifies more than each member: ensemble − member in ACR
+# and certified accuracy (claimed greater, the driver's margins: 2 points, 5% of the member's ACR)
+VERDICT_RADII = {"s025": (0.25, 0.5, 0.75), "s050": (0.5, 1.0, 1.5)}
+VERDICTS = [Comparison("verdict_ensemble", f"{key}/seed{s}", f"{key}/ensemble", radii)
+            for key, radii in VERDICT_RADII.items() for s in SEEDS]
 
 
 def train(args, work: Path) -> None:
@@ -136,7 +144,21 @@ def report(out: Path) -> None:
         splice_block(doc, key, table)
         if (out / "records" / f"cost_{key}" / "ensemble_exact.tsv").exists():
             splice_block(doc, f"cost_{key}", cost_table(out, key))
+    write_claim(doc, write_verdicts(out, doc, VERDICTS))
     print(f"tables: {doc}")
+
+
+def write_claim(doc: Path, found: dict) -> None:
+    """README.md's ``claim_ensemble`` block: the words of VERDICTS' intervals per σ
+    (``driver.summary``; a label is the member and the quantity)."""
+    lines = []
+    for key, sigma in SIGMAS.items():
+        judged = {f"{first.split('/')[1]} {what}": v for (first, _), found_ in found.items()
+                  if first.startswith(f"{key}/") for what, v in found_.items()}
+        if judged:
+            lines.append(f"- σ = {sigma}: {summary(judged)}\n")
+    if lines:
+        splice_block(doc, "claim_ensemble", "".join(lines))
 
 
 def main() -> None:

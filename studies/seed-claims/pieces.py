@@ -15,7 +15,6 @@ import csv
 import json
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -49,7 +48,30 @@ COMPARISONS = [
     *[("10", "ACR", ("gaussian_s050", "certify"), (f"heat_g{g}_s050", "deterministic"), "≈")
       for g in ("0006", "001", "003", "01")],
 ]
-WORDS = {"supported": "reproduced", "tie": "tie", "reversed": "not reproduced"}
+CLAIMED = {">": "greater", "<": "less", "≈": "equal"}  # COMPARISONS' signs, as driver.judge's
+# The claims of README.md's Verdicts: (number in COMPARISONS, or None, seed, claim, note). A claim
+# with comparisons gets its word from their intervals (driver.combine: all needed); one without
+# (a timing, a ranking, a count test) gets no verdict word, only the note's measurement.
+CLAIMS = [
+    ("1", "Jeong & Shin 2020", "consistency beats Gaussian (ACR, larger radii) at σ = 0.25, 0.5, "
+     "1.0, and beats stability", ""),
+    (None, "Jeong & Shin 2020", "consistency costs about twice Gaussian training",
+     "no interval (one timing per run): 1.2× on an H100, 2.4–3.6× on the CPU"),
+    (None, "Jeong & Shin 2020", "SmoothAdv and MACER cost far more than consistency",
+     "no interval (one timing per run): 20×, 19× and 11× consistency's seconds per epoch"),
+    ("4", "Alfarra et al.", "data-dependent σ certifies more at larger radii",
+     "at K = 900 (K = 100 and the package's step 0.04: \"Claim 3 re-tested\")"),
+    ("5", "Alfarra et al.", "data-dependent training helps further", "at K = 900"),
+    ("6", "Sun et al.", "easy-focus parts raise ACR, lower small-radius accuracy", ""),
+    (None, "Sun et al.", "strong methods weigh easy inputs more (Table 1)",
+     "no interval (one ratio per method): Gaussian lowest and CAT-RS highest, as in Table 1"),
+    ("8", "Sun et al.", "Gaussian keeps most p̂_A > ½; others win only at larger radii (Fig. 3)",
+     ""),
+    ("9", "Jeong et al. 2021, 2023", "SmoothMix and CAT-RS beat consistency in ACR", ""),
+    ("10", "Campbell et al.", "one-epoch deterministic HeatSmoothing ≈ stochastic Gaussian", ""),
+    (None, "ours", "the sequential certifier agrees with CERTIFY",
+     "no interval (a count test): every disagreement below 3σ of its expectation, (6) above"),
+]
 
 
 class Pieces:
@@ -124,7 +146,9 @@ def write_report(out: Path, doc: Path, defs) -> None:
     dd_pieces(p)
     sequential_pieces(p, d)
     p.summary("dd_training", *dd_training(out))
-    p.summary("claim_intervals", *claim_intervals(out))
+    judged = judged_comparisons(out)
+    p.summary("claim_intervals", *claim_intervals(judged))
+    p.summary("claim_words", *claim_words(judged))
     p.summary("sequential_draws", *sequential_draws(out, d))
     p.summary("certify_time", *certify_time(out, d))
     p.summary("train_time", *train_time(out, d))
@@ -194,37 +218,68 @@ def sequential_pieces(p: Pieces, d) -> None:
         p.report(f"agreement_{s}", *files, "--agreement", "--radii", grid)
 
 
-def claim_intervals(out: Path) -> tuple[list[str], list[list[str]]]:
-    """Each comparison of COMPARISONS: the difference second − first on the images both record
-    files hold, its 95% paired bootstrap interval (studies/driver.py: 10,000 resamples, seed 0)
-    and the row's verdict: reproduced where the interval lies on the claimed side of 0, a tie
-    where it covers 0, not reproduced where it lies on the other side (for "≈", anything but a
-    tie is not reproduced)."""
-    from smoothcert.evaluation.intervals import verdict
-
+def judged_comparisons(out: Path) -> list[tuple]:
+    """Each comparison of COMPARISONS as (claim, quantity, [first, second] names, claimed sign,
+    paired images or None where a file is not published yet, its verdict or None): the
+    difference second − first on the images both record files hold, its 95% paired bootstrap
+    interval (studies/driver.py: 10,000 resamples, seed 0) judged by the driver's rule
+    (``driver.judge``) against the claimed direction (">", "<", or "≈": equality) with the
+    driver's margins δ: 2 points of certified accuracy, 5% of the first file's ACR (the seeds
+    state no effect at this scale)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # studies/driver.py
-    from driver import accuracy_interval, acr_interval, interval_cell
+    from driver import Comparison, compare
 
-    header = ["claim", "quantity", "first", "second", "images", "second − first [95%]",
-              "claimed", "verdict"]
-    table = []
+    found = []
     for claim, what, first, second, claimed in COMPARISONS:
-        a, b = (out / "records" / run / f"{stem}.tsv" for run, stem in (first, second))
         names = [f"{run}/{stem}" for run, stem in (first, second)]
         sign = {"greater": ">", "less": "<"}.get(claimed, claimed)
-        if not (a.is_file() and b.is_file()):
-            table.append([claim, what, *names, "", "not published yet", sign, "—"])
+        radii = () if what == "ACR" else (float(what.removeprefix("r=")),)
+        result = compare(out, Comparison("", *names, radii, claimed=CLAIMED[sign]))
+        if result is None:
+            found.append((claim, what, names, sign, None, None))
             continue
-        interval = (acr_interval(a, b) if what == "ACR"
-                    else accuracy_interval(a, b, float(what.removeprefix("r="))))
-        word = WORDS[verdict(interval, "greater" if claimed == "≈" else claimed)]
-        if claimed == "≈":
-            word = "tie" if word == "tie" else "not reproduced"
-        if what != "ACR":  # certified accuracy in points
-            interval = replace(interval, estimate=100 * interval.estimate,
-                               low=100 * interval.low, high=100 * interval.high)
-        cell = interval_cell(interval, 3 if what == "ACR" else 1)
-        table.append([claim, what, *names, str(interval.count), cell, sign, word])
+        count, _, judged = result
+        found.append((claim, what, names, sign, count,
+                      judged["ACR" if what == "ACR" else f"r={radii[0]:g}"]))
+    return found
+
+
+def claim_intervals(judged: list[tuple]) -> tuple[list[str], list[list[str]]]:
+    """The table of :func:`judged_comparisons`: one row per comparison (certified accuracy in
+    points), its margin δ and its verdict."""
+    header = ["claim", "quantity", "first", "second", "images", "second − first [95%]",
+              "claimed", "margin δ", "verdict"]
+    table = []
+    for claim, what, names, sign, count, v in judged:
+        if v is None:
+            table.append([claim, what, *names, "", "not published yet", sign, "", "—"])
+            continue
+        scale, digits = (1, 3) if what == "ACR" else (100, 1)
+        interval, word = v.cell(scale, digits).split("] ", 1)
+        table.append([claim, what, *names, str(count), interval + "]", sign,
+                      f"{scale * v.effect:.{digits}f}", word])
+    return header, table
+
+
+def claim_words(judged: list[tuple]) -> tuple[list[str], list[list[str]]]:
+    """README.md's claims table: each claim of CLAIMS with its word (``driver.combine`` of its
+    comparisons' verdicts, all needed) and which intervals gave which word (``driver.summary``;
+    a label is the second file's run and the quantity)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # studies/driver.py
+    from driver import combine, summary
+
+    by_claim: dict[str, dict] = {}
+    for claim, what, names, _, _, v in judged:
+        if v is not None:
+            by_claim.setdefault(claim, {})[f"{names[1].split('/')[0]} {what}"] = v
+    table = []
+    for k, (claim, seed, text, note) in enumerate(CLAIMS, 1):
+        found = by_claim.get(claim, {}) if claim else {}
+        detail = summary(found) if len({v.word for v in found.values()}) > 1 else ""
+        word = combine(found.values()) if claim else "—"
+        table.append([str(k), seed, text, word, "; ".join(x for x in (detail, note) if x)])
+    header = ["#", "seed", "claim", "verdict",
+              "which intervals say what (± half-width, as a fraction); note"]
     return header, table
 
 

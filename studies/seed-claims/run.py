@@ -364,9 +364,10 @@ def main(argv=None) -> int:
         from pieces import splice, write_report  # the report step, a sibling of this file
 
         write_report(study.out, study.doc, sys.modules[__name__])
-        if study.out == HERE:  # the headline table of the studies' index
-            splice(HERE.parent / "README.md", "seed-claims.seven_s050",
-                   (HERE / "tables" / "seven_s050.md").read_text(encoding="utf-8"))
+        if study.out == HERE:  # the headline tables of the studies' index
+            for name in ("claim_words", "seven_s050"):
+                splice(HERE.parent / "README.md", f"seed-claims.{name}",
+                       (HERE / "tables" / f"{name}.md").read_text(encoding="utf-8"))
     return 0
 
 

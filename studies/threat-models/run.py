@@ -24,16 +24,19 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # studies/driver.py
 from driver import (  # noqa: E402
+    ACCURACY_EFFECT,
     RESAMPLES,
     SEED,
     SMOOTHCERT,
+    Comparison,
     call,
     complete,
     data_flags,
-    interval_cell,
+    judge,
     report_blocks,
     splice_block,
     start,
+    summary,
     write_verdicts,
 )
 
@@ -65,15 +68,17 @@ BLOCKS = {  # README block: (record files, report flags)
     "patches": (["column_b2", "block_b10"], ["--radii", "0:5:1"]),
     "l0": (["pixels_k45"], ["--radii", "0,1,2,4,6,8,10,12,15,20"]),
 }
-# verdicts: (block, norm, first, second, radii): intervals of second − first
+# verdicts: second − first, each claimed greater (the claims of README.md's Verdicts), with the
+# driver's default margins: δ = 2 points of certified accuracy, ACR δ = 5% of the first's ACR
+LINF = (0.005, 0.01, 0.02)
 VERDICTS = [
-    ("verdict_l1", "l1", "laplace_s050", "uniform_s050", [0.5, 1.0, 1.5]),
-    ("verdict_l1", "l1", "gaussian_s050", "uniform_s050", [0.5, 1.0, 1.5]),
-    ("verdict_linf", "linf", "uniform_s050", "gaussian_s050", [0.005, 0.01, 0.02]),
-    ("verdict_linf", "linf", "laplace_s050", "gaussian_s050", [0.005, 0.01, 0.02]),
-    ("verdict_linf", "linf", "exp-inf_s050", "gaussian_s050", [0.005, 0.01, 0.02]),
-    ("verdict_patches", None, "block_b10", "column_b2", [1, 2, 3, 4, 5]),
+    *[Comparison("verdict_l1", f"{n}_s050", "uniform_s050", (0.5, 1.0, 1.5), "l1")
+      for n in ("laplace", "gaussian")],
+    *[Comparison("verdict_linf", f"{n}_s050", "gaussian_s050", LINF, "linf")
+      for n in ("uniform", "laplace", "exp-inf")],
+    Comparison("verdict_patches", "block_b10", "column_b2", (1, 2, 3, 4, 5)),
 ]
+PATCH_PAPER = 5  # Levine & Feizi's MNIST operating point: 5×5 patches
 
 
 # Yang et al.'s comparison: each noise at its best σ for each ℓ1 radius (the σ whose file
@@ -88,8 +93,9 @@ def main(argv=None) -> int:
     for name in args.only or RUNS:
         train_and_certify(name, out, work, args)
     report_blocks(out, doc, BLOCKS)
-    write_verdicts(out, doc, VERDICTS)
-    write_best_sigma_verdicts(out, doc)
+    found = write_verdicts(out, doc, VERDICTS)
+    best = write_best_sigma_verdicts(out, doc)
+    write_claims(doc, found, best)
     return 0
 
 
@@ -113,10 +119,11 @@ def train_and_certify(name: str, out: Path, work: Path, args) -> None:
         log.write_bytes((run / "log.tsv").read_bytes())
 
 
-def write_best_sigma_verdicts(out: Path, doc: Path) -> None:
+def write_best_sigma_verdicts(out: Path, doc: Path) -> dict:
     """BEST_SIGMA's rows: at each radius, each noise's file of SIGMAS that certifies the most
-    ℓ1 accuracy there, and the paired interval of the difference (second − first)."""
-    from smoothcert.evaluation.intervals import certified_accuracy_difference, verdict
+    ℓ1 accuracy there, and the paired interval of the difference (second − first) with its
+    verdict (claimed greater, δ ACCURACY_EFFECT). Returns {first noise: {"r=R": Verdict}}."""
+    from smoothcert.evaluation.intervals import certified_accuracy_difference
     from smoothcert.evaluation.metrics import certified_accuracy
     from smoothcert.evaluation.norms import in_norm
     from smoothcert.runs.records import read_records
@@ -129,18 +136,46 @@ def write_best_sigma_verdicts(out: Path, doc: Path) -> None:
         return max(records, key=lambda pair: float(certified_accuracy(pair[1], [radius])[0]))
 
     rows: dict[str, list[str]] = {}
+    found: dict[str, dict] = {}
     for block, first, second, radii in BEST_SIGMA:
         for r in radii:
             a, b = best(first, r), best(second, r)
             if a is None or b is None:
                 continue
             i = certified_accuracy_difference(a[1], b[1], r, resamples=RESAMPLES, seed=SEED)
+            v = found.setdefault(first, {})[f"r={r:g}"] = judge(i, ACCURACY_EFFECT)
             rows.setdefault(block, []).append(
-                f"| {r:g} | {b[0]} − {a[0]} | {i.count} | {interval_cell(i)} {verdict(i)} |\n")
+                f"| {r:g} | {b[0]} − {a[0]} | {i.count} | {v.cell()} |\n")
     for block, lines in rows.items():
         head = ("| ℓ1 radius | second − first (each at its best σ there) | images | "
-                "certified accuracy |\n| ---: | --- | ---: | --- |\n")
+                f"certified accuracy (claimed >, δ {ACCURACY_EFFECT:.2g}) |\n"
+                "| ---: | --- | ---: | --- |\n")
         splice_block(doc, block, head + "".join(lines))
+    return found
+
+
+def write_claims(doc: Path, found: dict, best: dict) -> None:
+    """README.md's ``claims`` block: each question's verdicts, as :func:`driver.summary`
+    groups the intervals of its comparisons (those whose files exist)."""
+    lines = []
+    if best:
+        vs = "; ".join(f"against {n}: {summary(v)}" for n, v in best.items())
+        lines.append("- **(a) ℓ1: uniform noise certifies the most, each noise at its better σ "
+                     f"of 0.5 and 1.0 (Yang et al.)** — {vs}\n")
+    linf = {n: found[f"{n}_s050", "gaussian_s050"] for n in ("uniform", "laplace", "exp-inf")
+            if (f"{n}_s050", "gaussian_s050") in found}
+    if linf:
+        vs = "; ".join(f"against {n}: {summary(v)}" for n, v in linf.items())
+        lines.append(f"- **(b) ℓ∞: Gaussian noise certifies the most** — {vs}\n")
+    patches = found.get(("block_b10", "column_b2"))
+    if patches:
+        paper = patches[f"r={PATCH_PAPER}"]
+        lines.append("- **(c) Patches: column smoothing (b = 2) certifies more than block "
+                     f"smoothing (b = 10) (Levine & Feizi)** — {summary(patches)}; at the "
+                     f"paper's operating point, {PATCH_PAPER}×{PATCH_PAPER} patches, "
+                     f"{paper.cell()}\n")
+    if lines:
+        splice_block(doc, "claims", "".join(lines))
 
 
 if __name__ == "__main__":

@@ -24,19 +24,24 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # studies/driver.py
 from driver import (  # noqa: E402
+    ACCURACY_EFFECT,
     RESAMPLES,
     SEED,
     SMOOTHCERT,
+    Comparison,
     call,
     complete,
     data_flags,
-    interval_cell,
+    judge,
     report_blocks,
     splice_block,
     start,
+    summary,
     write_verdicts,
 )
 
@@ -101,10 +106,9 @@ VERDICTS = [
     *[("verdict_dsrs", None, f"certify_s{s}", f"dsrs_s{s}",
        [round(k * float(v), 4) for k in (1, 2, 2.5, 3)]) for s, v in SIGMAS.items()],
     ("verdict_dsrs", None, "certify_denoised_s050", "dsrs_denoised_s050", [0.25, 0.5, 1.0]),
-    # ACES against its own robust model alone, on the images both hold (the first 125)
-    *[("verdict_aces", None, "certify_s050", n, [0.0, 0.25, 0.5, 1.0])
-      for n in RUNS if n.startswith("aces")],
 ]
+ACES = [n for n in RUNS if n.startswith("aces")]
+ACES_RADII = (0.0, 0.25, 0.5, 1.0)
 
 
 def main(argv=None) -> int:
@@ -113,8 +117,16 @@ def main(argv=None) -> int:
         certify(name, out, work, args)
     report_blocks(out, doc, BLOCKS)
     write_verdicts(out, doc, VERDICTS)
-    write_envelope_verdicts(out, doc)
+    write_tradeoff(out, doc)
     return 0
+
+
+def write_tradeoff(out: Path, doc: Path) -> None:
+    """The cascade's and ACES' verdict tables and their lines of the ``claims`` block."""
+    lines = [write_envelope_verdicts(out, doc),
+             aces_claim(write_verdicts(out, doc, aces_comparisons(out)))]
+    if any(lines):
+        splice_block(doc, "claims", "".join(line for line in lines if line))
 
 
 def device_flags(args) -> list[str]:
@@ -160,29 +172,82 @@ def certify(name: str, out: Path, work: Path, args) -> None:
           "--max", str(images), "--out", str(record), *device_flags(args)], capture=True)
 
 
-def write_envelope_verdicts(out: Path, doc: Path) -> None:
+def core_advantage(out: Path, aces: str) -> float | None:
+    """The accuracy of ``aces``' core model minus its robust model's (certify_s050) certified
+    accuracy at r = 0, on the images both files hold: what ACES gains at r = 0 where it answers
+    as the core model on every image (the claimed effect of its r = 0 row)."""
+    from smoothcert.evaluation.metrics import correct_mask
+    from smoothcert.runs.records import read_records
+
+    paths = [out / "records" / f"{name}.tsv" for name in ("certify_s050", aces)]
+    if not all(p.is_file() for p in paths):
+        return None
+    robust, selected = (read_records(p) for p in paths)
+    common = np.isin(robust["idx"], selected["idx"])
+    core = np.asarray(selected["core_predict"]) == np.asarray(selected["label"])
+    return float(core.mean() - correct_mask(robust)[common].mean())
+
+
+def aces_comparisons(out: Path) -> list[Comparison]:
+    """ACES against its own robust model alone on the images both hold (the first 125): the
+    trade claimed is accuracy up at r = 0 (by as much as the core model's advantage,
+    :func:`core_advantage`) and certified accuracy and ACR down at r > 0."""
+    found = []
+    for name in ACES:
+        gain = core_advantage(out, name)
+        if gain is not None:
+            found.append(Comparison("verdict_aces", "certify_s050", name, ACES_RADII,
+                                    claimed="less", at={0.0: ("greater", max(gain, 0.0))}))
+    return found
+
+
+def aces_claim(found: dict) -> str:
+    """ACES' line of the ``claims`` block: each file's verdicts and, where r = 0 is
+    underpowered, about how many images would bring its interval's half-width down to the
+    claimed gain (a half-width shrinks as 1/√images: count × (half-width / gain)²)."""
+    parts = []
+    for (_, name), judged in found.items():
+        zero = judged["r=0"]
+        need = (f" (its r = 0 half-width reaches the gain of {zero.effect:.3f} at about "
+                f"{zero.count * (zero.detectable / zero.effect) ** 2:,.0f} images)"
+                if zero.word == "underpowered" and zero.effect > 0 else "")
+        parts.append(f"{name}: {summary(judged)}{need}")
+    if not parts:
+        return ""
+    return ("- **(3) ACES trades certificates for accuracy: more accuracy at r = 0, less "
+            "certified accuracy and ACR beyond (Horváth et al.)** — " + "; ".join(parts) + "\n")
+
+
+def write_envelope_verdicts(out: Path, doc: Path) -> str:
     """The cascade against the envelope of the single σs: at each radius, the single-σ CERTIFY
-    file that certifies the most there, and the paired interval of cascade − that file."""
-    from smoothcert.evaluation.intervals import certified_accuracy_difference, verdict
+    file that certifies the most there, and the paired interval of cascade − that file (the
+    claim: about as much, |d| < ACCURACY_EFFECT) and of cascade − its first level (σ = 1.0;
+    claimed greater). Returns the cascade's line of the ``claims`` block ("" without files)."""
+    from smoothcert.evaluation.intervals import certified_accuracy_difference
     from smoothcert.evaluation.metrics import certified_accuracy
     from smoothcert.runs.records import read_records
 
     files = [out / "records" / f"certify_s{s}.tsv" for s in SIGMAS]
     cascade = out / "records" / "cascade_s100_050_025.tsv"
     if not all(f.is_file() for f in [*files, cascade]):
-        return
+        return ""
     singles, ours = [(f.stem, read_records(f)) for f in files], read_records(cascade)
-    lines = []
+    lines, envelope, first = [], {}, {}
     for r in (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5):
         best = max(singles, key=lambda pair: float(certified_accuracy(pair[1], [r])[0]))
         i, top = (certified_accuracy_difference(other, ours, r, resamples=RESAMPLES, seed=SEED)
                   for other in (best[1], dict(singles)["certify_s100"]))
-        lines.append(f"| {r:g} | {best[0]} | {i.count} | {interval_cell(i)} {verdict(i)} | "
-                     f"{interval_cell(top)} {verdict(top)} |\n")
+        e = envelope[f"r={r:g}"] = judge(i, ACCURACY_EFFECT, "equal")
+        t = first[f"r={r:g}"] = judge(top, ACCURACY_EFFECT)
+        lines.append(f"| {r:g} | {best[0]} | {i.count} | {e.cell()} | {t.cell()} |\n")
     head = ("| radius | best single σ there (the envelope) | images | cascade − envelope, "
-            "certified accuracy | cascade − σ = 1.0 alone (its first level) |\n"
+            f"certified accuracy (claimed ≈, δ {ACCURACY_EFFECT:.2g}) | cascade − σ = 1.0 "
+            f"alone, its first level (claimed >, δ {ACCURACY_EFFECT:.2g}) |\n"
             "| ---: | --- | ---: | --- | --- |\n")
     splice_block(doc, "verdict_cascade", head + "".join(lines))
+    return ("- **(2) The cascade over σ certifies about as much as the best single σ at every "
+            f"radius (Jeong & Shin)** — against the envelope: {summary(envelope)}; against its "
+            f"first level alone (σ = 1.0): {summary(first)}\n")
 
 
 if __name__ == "__main__":
