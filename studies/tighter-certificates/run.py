@@ -51,7 +51,8 @@ IMAGES, EVERY = 250, 40  # every 40th test image: 250 of Fashion-MNIST's 10,000
 # pipeline a DnCNN per draw (about 60 s per image at n = 10,000 on one core here); their runs
 # take the first 125 and 50 of the same images, paired with the other files on those, and the
 # denoised pair n = 2,000 (DSRS: 1,000 under P and 1,000 under Q)
-FEWER = {"aces": 125, "certify_denoised": 50, "dsrs_denoised": 50}
+FEWER = {"aces": 125, "certify_denoised": 50, "dsrs_denoised": 50, "certify_gg": 125,
+         "dsrs_gg": 125, "dsrs_xplus": 125}
 N_DENOISED = "2000"
 N0, N = "100", "10000"  # CERTIFY's draws; DSRS splits the same N between P and Q
 COMMON = ["--n0", N0, "--alpha", "0.001", "--batch", "2000"]
@@ -62,11 +63,32 @@ def gaussian(s: str) -> str:
     return f"model:gaussian_s{s}"
 
 
+# Li et al. 2022's headline setting (their MNIST, d = 784, here Fashion-MNIST's): P the
+# generalized Gaussian of k = 380, models trained with it; Neyman–Pearson with all N draws
+# against DSRS with N/2 under P and N/2 under Q (their 100,000 against 50,000 + 50,000, scaled
+# by 10), Q the same family at 0.8σ (their MNIST Q: 0.2, 0.4, 0.8 for σ = 0.25, 0.5, 1.0)
+GG = ["--noise", "general-gaussian:k=380"]
+Q_SCALE = ["--certifier", "dsrs", "--opt", "q=scale", "--opt", "q_scale=0.8"]
+
+
 RUNS = {  # record file: (models: [checkpoint, ...] (the first is the run's), certify flags)
     **{f"certify_s{s}": ([gaussian(s)], ["--sigma", v, "--n", N, *COMMON])
        for s, v in SIGMAS.items()},
-    # DSRS at the same total draws: --n is split between P and Q (its q_share, default ½)
-    **{f"dsrs_s{s}": ([gaussian(s)], ["--sigma", v, "--certifier", "dsrs", "--n", N, *COMMON])
+    # DSRS at the same total draws: --n is split between P and Q (its q_share, default ½);
+    # Q's ball by the authors' x (these files predate x+, now the default)
+    **{f"dsrs_s{s}": ([gaussian(s)], ["--sigma", v, "--certifier", "dsrs", "--opt", "th=x",
+                                      "--n", N, *COMMON])
+       for s, v in SIGMAS.items()},
+    # the standard-Gaussian variant with the authors' best heuristic, x+
+    **{f"dsrs_xplus_s{s}": ([gaussian(s)], ["--sigma", v, "--certifier", "dsrs", "--opt",
+                                            "th=x+", "--n", N, *COMMON])
+       for s, v in SIGMAS.items()},
+    # the paper's setting: generalized Gaussian P (k = 380), Neyman–Pearson against DSRS
+    **{f"certify_gg_s{s}": ([f"model:general_gaussian_s{s}"], [*GG, "--sigma", v, "--n", N,
+                                                               *COMMON])
+       for s, v in SIGMAS.items()},
+    **{f"dsrs_gg_s{s}": ([f"model:general_gaussian_s{s}"], [*GG, "--sigma", v, *Q_SCALE,
+                                                            "--n", N, *COMMON])
        for s, v in SIGMAS.items()},
     "certify_denoised_s050": (["denoised:standard"], ["--denoiser", "denoised:stab_s050",
                                                      "--sigma", "0.5", "--n", N_DENOISED,
@@ -91,6 +113,10 @@ RUNS = {  # record file: (models: [checkpoint, ...] (the first is the run's), ce
        for h in ("0.3",)},
 }
 BLOCKS = {  # README block: (record files, report flags)
+    "dsrs_paper": ([f"{c}_s{s}" for s in SIGMAS for c in ("certify_gg", "dsrs_gg")],
+                   ["--radii", "0:3:0.25"]),
+    "dsrs_xplus": ([f"{c}_s{s}" for s in SIGMAS for c in ("certify", "dsrs_xplus")],
+                   ["--radii", "0:3:0.25"]),
     "dsrs": ([f"{c}_s{s}" for s in SIGMAS for c in ("certify", "dsrs")]
              + ["certify_denoised_s050", "dsrs_denoised_s050"], ["--radii", "0:3:0.25"]),
     "cascade": ([f"certify_s{s}" for s in SIGMAS] + ["cascade_s100_050_025"],
@@ -106,6 +132,11 @@ VERDICTS = [
     *[("verdict_dsrs", None, f"certify_s{s}", f"dsrs_s{s}",
        [round(k * float(v), 4) for k in (1, 2, 2.5, 3)]) for s, v in SIGMAS.items()],
     ("verdict_dsrs", None, "certify_denoised_s050", "dsrs_denoised_s050", [0.25, 0.5, 1.0]),
+    # the paper's setting and the x+ variant, at σ, 2σ and 3σ
+    *[("verdict_dsrs_paper", None, f"certify_gg_s{s}", f"dsrs_gg_s{s}",
+       [round(k * float(v), 4) for k in (1, 2, 3)]) for s, v in SIGMAS.items()],
+    *[("verdict_dsrs_xplus", None, f"certify_s{s}", f"dsrs_xplus_s{s}",
+       [round(k * float(v), 4) for k in (1, 2, 3)]) for s, v in SIGMAS.items()],
 ]
 ACES = [n for n in RUNS if n.startswith("aces")]
 ACES_RADII = (0.0, 0.25, 0.5, 1.0)

@@ -122,7 +122,7 @@ class DSRS(Certifier):
         count: str = option("selection", "selection: c_A from --n0 draws; label: the votes of "
                             "the true label, no selection draws (the authors')",
                             choices=("selection", "label"))
-        tol: float = option(1e-4, "radius tolerance, in units of sigma*sqrt(d/(d-2k))")
+        tol: float = option(1e-4, "radius tolerance, in units of sigma")
 
         def __post_init__(self):
             parse_th(self.th)
@@ -155,9 +155,10 @@ class DSRS(Certifier):
         if n_p < 1 or nq < 1:
             raise SmoothcertError(f"dsrs: --n {config.n} with q_share {self.q_share} leaves "
                                   f"{n_p} draws under P and {nq} under Q; each needs >= 1")
+        level = config.alpha * self.alpha_split / (2.0 if self.bounds == "two-sided" else 1.0)
         note_too_few_draws(config, lambda n: None if clopper_pearson_lower(
             split_draws(n, self.q_share)[0], split_draws(n, self.q_share)[0],
-            config.alpha * self.alpha_split) > 0.5 else "p_lower <= 1/2 under P")
+            level) > 0.5 else "p_lower <= 1/2 under P")
 
     def program(self, run, x, label, idx, generator):
         cfg, smoothed = run.config, run.smoothed
@@ -287,7 +288,7 @@ def _radius(design: Design, p: float, q: float, th: float) -> float:
         return float(special.ndtri(p)) if p > 0.5 else 0.0
     if design.k == 0 and design.q == "ball" and design.d >= MIN_DIM:
         return dsrs_radius(p, q, 1.0, design.d, th)
-    return certified_radius(design.problem(th, q > 0), p, q, tol=design.tol)
+    return certified_radius(design.problem(th, q > 0), p, q, tol=design.tol / design.scale)
 
 
 def dsrs_certificate(n_a: int, n_p: int, n_qa: int, nq: int, alpha: float,

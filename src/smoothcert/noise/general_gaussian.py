@@ -32,7 +32,7 @@ class GeneralGaussian(Noise):
     If the smoothed classifier's top class has probability at least p > ½, its prediction is
     constant within the ℓ2 ball of the Neyman–Pearson radius of this P
     (:func:`~smoothcert.stats.radial_dual.certified_radius`: a sound lower bound of the
-    largest radius where the worst classifier keeps P_δ-mass above ½, within 1e-4·s).
+    largest radius where the worst classifier keeps P_δ-mass above ½, within 1e-4·σ).
     """
 
     norm = "l2"
@@ -92,8 +92,9 @@ class GeneralGaussian(Noise):
 
 @functools.lru_cache(maxsize=65536)
 def _unit_radius(d: int, k: float, p: float) -> float:
-    """The Neyman–Pearson radius in units of s (cached: a run repeats its counts)."""
-    return certified_radius(Problem(RadialLaw(d, k)), p)
+    """The Neyman–Pearson radius in units of s, to 1e-4·σ (cached: a run repeats its
+    counts)."""
+    return certified_radius(Problem(RadialLaw(d, k)), p, tol=1e-4 * math.sqrt((d - 2 * k) / d))
 
 
 @functools.cache
