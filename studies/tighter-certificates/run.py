@@ -51,10 +51,11 @@ IMAGES, EVERY = 250, 40  # every 40th test image: 250 of Fashion-MNIST's 10,000
 # pipeline a DnCNN per draw (about 60 s per image at n = 10,000 on one core here); their runs
 # take the first 125 and 50 of the same images, paired with the other files on those, and the
 # denoised pair n = 2,000 (DSRS: 1,000 under P and 1,000 under Q)
-FEWER = {"aces": 125, "certify_denoised": 50, "dsrs_denoised": 50, "certify_gg": 125,
-         "dsrs_gg": 125, "dsrs_xplus": 125}
+FEWER = {"aces": 125, "certify_denoised": 50, "dsrs_denoised": 50, "certify_gg_n": 30,
+         "dsrs_gg_n": 30, "certify_gg": 125, "dsrs_gg": 125, "dsrs_xplus": 125}
 N_DENOISED = "2000"
 N0, N = "100", "10000"  # CERTIFY's draws; DSRS splits the same N between P and Q
+N_PAPER = "100000"  # Li et al.'s: 100,000 for Neyman–Pearson, 50,000 + 50,000 for DSRS
 COMMON = ["--n0", N0, "--alpha", "0.001", "--batch", "2000"]
 SIGMAS = {"025": "0.25", "050": "0.5", "100": "1.0"}
 
@@ -90,6 +91,11 @@ RUNS = {  # record file: (models: [checkpoint, ...] (the first is the run's), ce
     **{f"dsrs_gg_s{s}": ([f"model:general_gaussian_s{s}"], [*GG, "--sigma", v, *Q_SCALE,
                                                             "--n", N, *COMMON])
        for s, v in SIGMAS.items()},
+    # and at the paper's own n = 100,000 (50,000 + 50,000), σ = 0.5, on the first 30 images
+    "certify_gg_n100k_s050": (["model:general_gaussian_s050"], [*GG, "--sigma", "0.5", "--n",
+                                                                 N_PAPER, *COMMON]),
+    "dsrs_gg_n100k_s050": (["model:general_gaussian_s050"], [*GG, "--sigma", "0.5", *Q_SCALE,
+                                                              "--n", N_PAPER, *COMMON]),
     "certify_denoised_s050": (["denoised:standard"], ["--denoiser", "denoised:stab_s050",
                                                      "--sigma", "0.5", "--n", N_DENOISED,
                                                      *COMMON]),
@@ -113,8 +119,8 @@ RUNS = {  # record file: (models: [checkpoint, ...] (the first is the run's), ce
        for h in ("0.3",)},
 }
 BLOCKS = {  # README block: (record files, report flags)
-    "dsrs_paper": ([f"{c}_s{s}" for s in SIGMAS for c in ("certify_gg", "dsrs_gg")],
-                   ["--radii", "0:3:0.25"]),
+    "dsrs_paper": ([f"{c}_s{s}" for s in SIGMAS for c in ("certify_gg", "dsrs_gg")]
+                   + ["certify_gg_n100k_s050", "dsrs_gg_n100k_s050"], ["--radii", "0:3:0.25"]),
     "dsrs_xplus": ([f"{c}_s{s}" for s in SIGMAS for c in ("certify", "dsrs_xplus")],
                    ["--radii", "0:3:0.25"]),
     "dsrs": ([f"{c}_s{s}" for s in SIGMAS for c in ("certify", "dsrs")]
@@ -135,6 +141,8 @@ VERDICTS = [
     # the paper's setting and the x+ variant, at σ, 2σ and 3σ
     *[("verdict_dsrs_paper", None, f"certify_gg_s{s}", f"dsrs_gg_s{s}",
        [round(k * float(v), 4) for k in (1, 2, 3)]) for s, v in SIGMAS.items()],
+    ("verdict_dsrs_paper", None, "certify_gg_n100k_s050", "dsrs_gg_n100k_s050",
+     [0.5, 1.0, 1.5]),
     *[("verdict_dsrs_xplus", None, f"certify_s{s}", f"dsrs_xplus_s{s}",
        [round(k * float(v), 4) for k in (1, 2, 3)]) for s, v in SIGMAS.items()],
 ]
@@ -147,14 +155,36 @@ def main(argv=None) -> int:
     for name in args.only or RUNS:
         certify(name, out, work, args)
     report_blocks(out, doc, BLOCKS)
-    write_verdicts(out, doc, VERDICTS)
-    write_tradeoff(out, doc)
+    found = write_verdicts(out, doc, VERDICTS)
+    write_tradeoff(out, doc, dsrs_claim(found))
     return 0
 
 
-def write_tradeoff(out: Path, doc: Path) -> None:
-    """The cascade's and ACES' verdict tables and their lines of the ``claims`` block."""
-    lines = [write_envelope_verdicts(out, doc),
+def dsrs_claim(found: dict) -> str:
+    """DSRS's line of the ``claims`` block: the paper's setting (generalized Gaussian P, Q at
+    0.8σ) per σ, then the standard-Gaussian variants (``x``, and ``x+`` where its files
+    exist), each pair's verdicts (:func:`summary`)."""
+    variants = (("the paper's setting, generalized Gaussian P (k = 380), Q at 0.8σ",
+                 "certify_gg", "dsrs_gg"),
+                ("the same at the paper's n = 100,000", "certify_gg_n100k", "dsrs_gg_n100k"),
+                ("standard-Gaussian P, x", "certify", "dsrs"),
+                ("standard-Gaussian P, x+", "certify", "dsrs_xplus"))
+    parts = []
+    for label, first, second in variants:
+        cells = [f"σ = {v}: {summary(found[(f'{first}_s{s}', f'{second}_s{s}')])}"
+                 for s, v in SIGMAS.items() if (f"{first}_s{s}", f"{second}_s{s}") in found]
+        if cells:
+            parts.append(f"{label} — " + "; ".join(cells))
+    if not parts:
+        return ""
+    return ("- **(1) DSRS certifies more than Neyman–Pearson (CERTIFY) from the same total "
+            "draws (Li et al.)** — " + " | ".join(parts) + "\n")
+
+
+def write_tradeoff(out: Path, doc: Path, first: str = "") -> None:
+    """The cascade's and ACES' verdict tables and, with ``first`` (DSRS's), the lines of the
+    ``claims`` block."""
+    lines = [first, write_envelope_verdicts(out, doc),
              aces_claim(write_verdicts(out, doc, aces_comparisons(out)))]
     if any(lines):
         splice_block(doc, "claims", "".join(line for line in lines if line))
