@@ -168,6 +168,9 @@ class DSRS(Certifier):
         x = smoothed.prepare_input(x, generator)
         n_p, nq = split_draws(cfg.n, self.q_share)
         if self.count == "label":
+            if not 0 <= int(label) < smoothed.num_classes:
+                raise SmoothcertError(f"dsrs with count=label needs labelled inputs; input "
+                                      f"{idx} has label {int(label)}")
             (estimation,) = yield Draws(x, noise, (n_p,), generator)
             c_hat, n0 = int(label), 0
         else:
