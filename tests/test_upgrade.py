@@ -22,11 +22,13 @@ import logging
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
 
 from smoothcert import certify_dataset
+from smoothcert.cli.app import main
 from smoothcert.data.datasets import load_dataset
 from smoothcert.errors import SmoothcertError
 from smoothcert.models.checkpoint import load_checkpoint
@@ -145,7 +147,9 @@ def test_the_manifest_chain_composes_step_by_step():
     assert "task" not in four["identity"]
     five = _MANIFEST_STEPS[3](four)
     assert five == four  # a CERTIFY file: its columns keep their names
-    assert upgrade_manifest(old) == {**five, "format_version": 5}
+    six = _MANIFEST_STEPS[4](five)
+    assert six == five  # not a dsrs file: its options are unchanged
+    assert upgrade_manifest(old) == {**six, "format_version": 6}
     assert upgrade_manifest({**two, "format_version": 2}) == upgrade_manifest(old)
     assert upgrade_manifest({**three, "format_version": 3}) == upgrade_manifest(old)
     assert upgrade_manifest({**four, "format_version": 4}) == upgrade_manifest(old)
@@ -153,7 +157,7 @@ def test_the_manifest_chain_composes_step_by_step():
 
 
 @pytest.mark.parametrize("change, match", [
-    ({"format_version": 6}, "record manifest format version 6 is newer than this smoothcert"),
+    ({"format_version": 7}, "record manifest format version 7 is newer than this smoothcert"),
     ({"format_version": "3"}, "format_version must be an integer >= 1"),
     ({"identity": {"batch": 0, "task": "certify"}}, "identity batch must be an integer >= 1"),
 ])
@@ -211,12 +215,35 @@ def test_a_version_3_attack_file_reports(capsys):
     assert "v3_attack" in capsys.readouterr().out
 
 
+def test_a_version_5_dsrs_file_reads_and_resumes_with_version_6_options(tmp_path, capsys):
+    """Step 20 replaced dsrs's ``search`` and ``unit`` by ``tol`` and added options: the old
+    file reads (its cost too, which builds the certifier from its options), and resumed with
+    one more image it keeps its rows and computes the new one as a fresh run would."""
+    path = FIXTURES / "records" / "v5_dsrs.tsv"
+    identity = read_manifest(path)["identity"]
+    assert "search" not in identity["options"] and identity["options"]["th"] == "x"
+    assert identity["options"]["q"] == "ball" and identity["options"]["count"] == "selection"
+    assert main(["report", str(path), "--cost"]) == 0
+    assert "v5_dsrs" in capsys.readouterr().out
+    out = tmp_path / "v5_dsrs.tsv"
+    for suffix in ("", ".manifest.json"):
+        shutil.copy(str(path) + suffix, str(out) + suffix)
+    args = [str(CHECKPOINT), "--certifier", "dsrs", "--opt", "th=x", "--n0", "20", "--n", "300",
+            "--batch", "64", "--skip", "90", "--no-progress", "--device", "cpu"]
+    assert main(["certify", *args, "--max", "4", "--out", str(out)]) == 0
+    fresh = tmp_path / "fresh.tsv"
+    assert main(["certify", *args, "--max", "4", "--out", str(fresh)]) == 0
+    old, new = read_records(out), read_records(fresh)
+    assert len(old) == 4 and list(old["nA"]) == list(new["nA"])
+    np.testing.assert_allclose(old["radius"], new["radius"], rtol=1e-12, atol=0)
+
+
 def test_a_new_manifest_names_the_certifier_once(tmp_path):
     out = tmp_path / "r.tsv"
     certify_dataset(str(CHECKPOINT), load_dataset("digits", "test"), n0=20, n=50, skip=90,
                     max_count=1, out=out)
     written = raw(manifest_path(out))
-    assert written["format_version"] == MANIFEST_VERSION == 5 and "kind" not in written
+    assert written["format_version"] == MANIFEST_VERSION == 6 and "kind" not in written
     assert written["identity"]["certifier"] == "certify" and "task" not in written["identity"]
 
 

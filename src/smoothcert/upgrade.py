@@ -190,7 +190,32 @@ def upgrade_header(header):
     return type(header)(OLD_PREDICT_COLUMNS.get(name, name) for name in header)
 
 
-_MANIFEST_STEPS = (_manifest_1_to_2, _manifest_2_to_3, _manifest_3_to_4, _manifest_4_to_5)
+DSRS_OPTIONS_6 = {"q": "ball", "th": "x", "q_scale": 0.8, "q_share": 0.5, "alpha_split": 0.5,
+                  "bounds": "lower", "count": "selection", "tol": 1e-4}
+"""The dsrs certifier's options in version 6, at the values a version-5 file's run had."""
+
+
+def _manifest_5_to_6(manifest: dict) -> dict:
+    """Version 5 → 6, Step 20: the dsrs certifier's options.
+
+    Until then ``dsrs`` took the Gaussian only, with Q its ball, and the options ``th`` (default
+    ``x``), ``q_share``, ``alpha_split``, ``search`` and ``unit`` (its radius search). Since, it
+    also takes the generalized Gaussian and Q of another scale (``q``, ``q_scale``), the
+    authors' ``x+`` (the new default), ``bounds`` and ``count``, and ``tol`` replaces
+    ``search`` and ``unit``: the Gaussian with its ball keeps the same computation at the old
+    defaults (precise, 0.01), which are dropped here. A version-5 file's identity gets the new
+    options at the values its run had, so it reads and resumes. (A file made with
+    ``search=grid`` resumes with the precise search for its new rows: both radii are sound,
+    grid's at most one step lower.) Other certifiers' files are unchanged."""
+    identity = manifest["identity"]
+    if identity.get("certifier") != "dsrs" or not isinstance(identity.get("options"), dict):
+        return manifest
+    kept = {k: v for k, v in identity["options"].items() if k not in ("search", "unit")}
+    return {**manifest, "identity": {**identity, "options": {**DSRS_OPTIONS_6, **kept}}}
+
+
+_MANIFEST_STEPS = (_manifest_1_to_2, _manifest_2_to_3, _manifest_3_to_4, _manifest_4_to_5,
+                   _manifest_5_to_6)
 MANIFEST_VERSION = len(_MANIFEST_STEPS) + 1
 # Grad-norm manifests (46c8849, 2026-11-22) have one layout so far: version 1, stated since
 # Step 11. Their first change adds its step here.
