@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import math
 import pkgutil
 import types
 import typing
@@ -96,6 +97,43 @@ def option(default: Any, doc: str, *, choices: Sequence[str] | None = None,
     meta = {"doc": doc, "choices": tuple(choices) if choices is not None else None,
             "convert": convert}
     return dataclasses.field(default=default, metadata=meta)
+
+
+def number_list(what: str, value, *, low: float, low_open: bool = False) -> tuple[float, ...]:
+    """The numbers of a list option: a number, a list of them, or comma-separated text
+    (``"0.1,0.25"``), each finite and ≥ ``low`` (> with ``low_open``); at least one. Anything
+    else is one SmoothcertError line saying what is wrong with which item (``what``: the
+    option's name for messages, e.g. "median eps")."""
+    bound = f"{'>' if low_open else '>='} {low:g}"
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise SmoothcertError(f"{what} is empty: give one number {bound} or several separated "
+                              "by commas")
+    items = value.split(",") if isinstance(value, str) else \
+        list(value) if isinstance(value, (list, tuple)) else [value]
+    numbers = []
+    for item in items:
+        if isinstance(item, str) and not item.strip():
+            raise SmoothcertError(f"{what} {value!r} has an empty item (a stray comma?)")
+        try:
+            if isinstance(item, bool):
+                raise TypeError
+            number = float(item)
+        except (TypeError, ValueError):
+            raise SmoothcertError(f"{what}: {item!r} is not a number") from None
+        if not math.isfinite(number) or number < low or (low_open and number == low):
+            raise SmoothcertError(f"{what} must be finite numbers {bound}, got {item!r}")
+        numbers.append(number)
+    return tuple(numbers)
+
+
+def list_text(value) -> str:
+    """A list option's value as the text the run identity stores: text as given, a number or a
+    list of numbers comma-joined (``0.1`` -> ``"0.1"``); checked by the option's parser."""
+    if isinstance(value, str):
+        return value
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    return ",".join(repr(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    else str(v) for v in items)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -199,6 +199,21 @@ def test_entropy_selection_reads_the_robust_model_and_needs_no_selection_model()
 
 
 # --------------------------------------------------------------------------- options and models
+@pytest.mark.parametrize("role", ["core", "selection"])
+def test_a_model_of_ablation_encoded_inputs_is_refused_in_any_role(tmp_path, role):
+    """An ablation-trained model reads (x, 1 − x)-encoded pixels: as the run's model a noise
+    certifier refuses it, and so as ACES' core or selection model (it was accepted as core)."""
+    robust, selection, data = oracle_models()
+    models = {"selection": selection, "core": Constant(1)}
+    marked = models[role]
+    marked.input_encoding = "ablation"
+    with pytest.raises(SmoothcertError, match=f"the {role} model reads ablation-encoded "
+                                              "inputs .* not 'aces'"):
+        certify_dataset(robust, data, certifier="aces", sigma=0.25, n0=10, n=20,
+                        models=models, out=tmp_path / "r.tsv")
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("options, message", [
     ({"selection": "entropy"}, "selection=entropy needs entropy_threshold in"),
     ({"selection": "entropy", "entropy_threshold": 1.5}, "needs entropy_threshold in"),

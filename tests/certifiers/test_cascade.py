@@ -95,7 +95,7 @@ def test_bonferroni_levels_add_up_to_alpha():
 @pytest.mark.parametrize("options, says", [
     ({"sigmas": "0.25,0.5"}, "strictly decreasing"),
     ({"sigmas": "1.0,1.0"}, "strictly decreasing"),
-    ({"sigmas": "1,x"}, "numbers > 0"),
+    ({"sigmas": "1,x"}, "cascade sigmas: 'x' is not a number"),
     ({"sigmas": "1,-0.5"}, "numbers > 0"),
     ({"p0": 0.4}, r"p0 must be in \[0.5, 1\)"),
     ({"p0": 1.0}, r"p0 must be in \[0.5, 1\)"),
@@ -116,7 +116,9 @@ def test_models_per_level():
     cascade.check_models(frozenset({"level2", "level3"}))
     with pytest.raises(SmoothcertError, match="level2, level3"):
         cascade.check_models(frozenset({"level2"}))
-    assert CERTIFIERS["cascade"]().checkpoint_roles(2) is None  # one level: an ensemble
+    assert CERTIFIERS["cascade"]().checkpoint_roles(1) is None
+    with pytest.raises(SmoothcertError, match="got 2 checkpoints and one sigma"):
+        CERTIFIERS["cascade"]().checkpoint_roles(2)  # not a one-level cascade of an ensemble
 
 
 class OneShot(torch.nn.Module):

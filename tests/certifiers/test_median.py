@@ -4,11 +4,13 @@
 file, a kill and its resume, shards and a merge; a classification model and another noise are
 refused."""
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+import yaml
 from torch import nn
 
 from conftest import Halfspace, dying_writer
@@ -16,6 +18,7 @@ from smoothcert.certifiers import CERTIFIERS
 from smoothcert.certifiers.columns import parse_vector
 from smoothcert.certifiers.median import parse_eps
 from smoothcert.errors import SmoothcertError
+from smoothcert.registry import parse_options
 from smoothcert.runs import certify_dataset
 from smoothcert.runs.records import merge_records, read_records, shard_path
 from smoothcert.stats.median import order_indices
@@ -73,6 +76,30 @@ def test_options():
         median(percentile=1.0)
     with pytest.raises(SmoothcertError):
         median(correction="holm")
+
+
+@pytest.mark.parametrize("typed, says", [  # --opt eps=TYPED: each VALUE as the CLI's YAML reads it
+    ("0.5,", "median eps '0.5,' has an empty item"),
+    ("nan", "median eps must be finite numbers >= 0, got 'nan'"),
+    ("inf", "median eps must be finite numbers >= 0, got 'inf'"),
+    ("", "median eps is empty"),
+    ("0.1,x", "median eps: 'x' is not a number"),
+    ("-1", "median eps must be finite numbers >= 0"),
+    ("true", "median eps: 'True' is not a number"),
+])
+def test_eps_as_typed_on_the_command_line_says_what_is_wrong(typed, says):
+    with pytest.raises(SmoothcertError, match=re.escape(says)):
+        parse_options("certifier", "median", CERTIFIERS["median"].Options,
+                      {"eps": yaml.safe_load(typed)})
+
+
+@pytest.mark.parametrize("typed, eps", [("0.1", "0.1"), ("0", "0.0"), ("[0.1, 0.2]", "0.1,0.2"),
+                                        ("0.1,0.25", "0.1,0.25")])
+def test_one_eps_or_a_list_is_taken(typed, eps):
+    """One ε was refused as "eps must be a string, got 0.1" (YAML reads 0.1 as a number)."""
+    options = parse_options("certifier", "median", CERTIFIERS["median"].Options,
+                            {"eps": yaml.safe_load(typed)})
+    assert options.eps == eps and parse_eps(options.eps) == tuple(map(float, eps.split(",")))
 
 
 def test_intervals_hold_the_true_median_over_each_ball(tmp_path, monkeypatch):

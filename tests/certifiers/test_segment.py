@@ -209,11 +209,34 @@ def test_a_tampered_record_is_refused_in_one_line(tmp_path, column, value, says)
         read_records(tmp_path / "r.tsv")
 
 
-def test_too_few_draws_for_any_pixel_are_said_before_the_run(caplog):
-    """0.75^n must reach α / pixels (a dataset of unknown shape: 1 pixel): n = 25 at α 1e-3."""
+class Shaped(Masks):
+    """Masks that state their ``input_shape``, as a segfolder at its ``--image-size`` does."""
+
+    input_shape = (1, 4, 4)
+
+
+@pytest.mark.parametrize("side, smallest", [(4, 34), (64, 53)])
+def test_too_few_draws_are_said_for_the_run_s_image_size(caplog, side, smallest):
+    """0.75^n must reach α / (H·W) of the run's images, not of the registry's 224×224:
+    n = 34 for 16 pixels, 53 for 4096 (α = 1e-3)."""
+    pixels = side * side
+    assert 0.75**smallest <= 1e-3 / pixels < 0.75**(smallest - 1)
+    data = Shaped(VALUES, LABELS)
+    data.input_shape = (1, side, side)  # what the note reads; the draws stay 4×4
     with caplog.at_level("WARNING"):
-        run(n=10, max_count=1)
-    assert "cannot certify any input" in caplog.text and "--n at least 25" in caplog.text
+        certify_dataset(Bands(), data, certifier="segment", sigma=SIGMA, n0=20, n=10,
+                        alpha=1e-3, batch=256, seed=4, num_classes=3, max_count=1,
+                        options={"tau": TAU})
+    assert "cannot certify any input" in caplog.text and f"{pixels} pixels" in caplog.text
+    assert f"--n at least {smallest}" in caplog.text
+
+
+def test_enough_draws_for_the_run_s_image_size_say_nothing(caplog):
+    with caplog.at_level("WARNING"):
+        certify_dataset(Bands(), Shaped(VALUES, LABELS), certifier="segment", sigma=SIGMA,
+                        n0=20, n=34, alpha=1e-3, batch=256, seed=4, num_classes=3,
+                        max_count=1, options={"tau": TAU})
+    assert "cannot certify" not in caplog.text
 
 
 def test_more_classes_than_an_8_bit_map_holds_are_refused(tmp_path):

@@ -29,6 +29,12 @@ def test_help_lists_the_cascade_and_its_options(capsys):
      "a cascade over 3 sigmas takes one checkpoint (for every level) or 3"),
     (["--sigma", "0.5,0.25", "--certifier", "certify"],
      "--sigma takes one value with --certifier certify"),
+    (["--sigma", "0.5", "--certifier", "cascade"],  # was: a one-level cascade of an ensemble
+     "a cascade takes one checkpoint per level, got 2 checkpoints and one sigma"),
+    (["--certifier", "cascade"],  # σ from the checkpoints: the same refusal, not "members"
+     "a cascade takes one checkpoint per level, got 2 checkpoints and one sigma"),
+    (["--sigma", "0.5,0.25", "--certifier", "cascade", "--opt", "sigmas=1.0,0.5"],  # was dropped
+     "--sigma 0.5,0.25 and --opt sigmas=1.0,0.5 both give the levels' sigmas"),
 ])
 def test_bad_levels_are_one_line(checkpoints, tmp_path, capsys, extra, says):
     assert main(["certify", *checkpoints, *extra, *RUN, "--out", str(tmp_path / "r.tsv")]) == 2

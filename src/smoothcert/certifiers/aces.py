@@ -246,7 +246,9 @@ class Aces(Certifier):
         return ("selection", "core") if self.selection == "checkpoint" else ("core",)
 
     def check_sources(self, sources: Mapping, num_classes: int) -> None:
-        """The selection model has 2 classes; the core model the run's ``num_classes``."""
+        """The selection model has 2 classes; the core model the run's ``num_classes``; no
+        model of encoded inputs (:meth:`Certifier.check_sources`)."""
+        super().check_sources(sources, num_classes)
         selection = sources.get("selection")
         if selection is not None and selection.num_classes != 2:
             raise SmoothcertError(f"the selection model must have 2 classes (1 = use the "

@@ -83,7 +83,7 @@ from torch import nn
 from ..denoisers.composition import Denoised
 from ..errors import SmoothcertError
 from ..noise.base import NOISES
-from ..registry import option
+from ..registry import list_text, number_list, option
 from ..smoothing.engine import Draws
 from ..stats import clopper_pearson_lower
 from ..stats.multinomial import authors_off_class_upper, off_class_upper
@@ -104,21 +104,15 @@ OFF_CLASS = ("clopper-pearson", "goodman")
 _BELOW_ONE = float(np.nextafter(1.0, 0.0))
 
 
-def parse_sigmas(text: str) -> tuple[float, ...]:
-    """The levels' σ from ``"1.0,0.5,0.25"`` (empty: none given), each a finite number > 0,
-    strictly decreasing; anything else is one line."""
-    if not text.strip():
+def parse_sigmas(value) -> tuple[float, ...]:
+    """The levels' σ from ``"1.0,0.5,0.25"`` (or a number, or a list; empty or None: none
+    given), each a finite number > 0, strictly decreasing; anything else is one line."""
+    if value is None or (isinstance(value, str) and not value.strip()):
         return ()
-    try:
-        sigmas = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        sigmas = ()
-    if not sigmas or not all(math.isfinite(s) and s > 0 for s in sigmas):
-        raise SmoothcertError(f"cascade sigmas: expected numbers > 0 separated by commas, got "
-                              f"{text!r}")
+    sigmas = number_list("cascade sigmas", value, low=0.0, low_open=True)
     if any(a <= b for a, b in zip(sigmas, sigmas[1:])):
         raise SmoothcertError(f"cascade sigmas must be strictly decreasing (largest first), "
-                              f"got {text}")
+                              f"got {value}")
     return sigmas
 
 
@@ -265,7 +259,8 @@ class Cascade(Certifier):
     @dataclass(frozen=True)
     class Options:
         sigmas: str = option("", "the levels' sigma, largest first, comma-separated; the "
-                                 "first is the run's sigma (empty: the run's sigma alone)")
+                                 "first is the run's sigma (empty: the run's sigma alone)",
+                             convert=list_text)
         p0: float = option(0.5, "a level answers when its top class has probability >= p0 "
                                 "(the authors' skip_p), in [0.5, 1)")
         alpha_split: str = option("bonferroni", "alpha per level: bonferroni (sound, alpha/K)"
@@ -291,10 +286,17 @@ class Cascade(Certifier):
         return tuple(f"level{k}" for k in range(2, self._count() + 1))
 
     def checkpoint_roles(self, count: int) -> tuple[str, ...] | None:
-        """One checkpoint for every level, or one per level (level 1 the run's)."""
+        """One checkpoint for every level, or one per level (level 1 the run's); several
+        checkpoints for one level are refused: they would make a one-level cascade of their
+        ensemble, which no one asking for a cascade means."""
         levels = self._count()
-        if count == 1 or levels == 1:
+        if count == 1:
             return None
+        if levels == 1:
+            raise SmoothcertError(f"a cascade takes one checkpoint per level, got {count} "
+                                  "checkpoints and one sigma: give each level's sigma, largest "
+                                  f"first (--sigma S1,...,S{count}), or certify their ensemble "
+                                  "with --certifier certify")
         if count != levels:
             raise SmoothcertError(f"a cascade over {levels} sigmas takes one checkpoint (for "
                                   f"every level) or {levels} (one per level), got {count}")

@@ -141,9 +141,13 @@ class Certifier(Configurable, abc.ABC):
         a certifier that smooths with noise refuses a model whose first layer reads encoded
         inputs (``input_encoding``: ablated pixels): noise on such a model certifies nothing
         its training prepared it for."""
+        self._refuse_encoded(model, "the model")
+
+    def _refuse_encoded(self, model: torch.nn.Module, who: str) -> None:
+        """A certifier that smooths with noise takes no model of encoded inputs (above)."""
         encoding = getattr(model, "input_encoding", None)
         if self.uses_noise and encoding is not None:
-            raise SmoothcertError(f"the model reads {encoding}-encoded inputs (trained with "
+            raise SmoothcertError(f"{who} reads {encoding}-encoded inputs (trained with "
                                   f"--method {encoding}); certify it with --certifier "
                                   f"{encoding}, not {self.name!r}")
 
@@ -167,8 +171,12 @@ class Certifier(Configurable, abc.ABC):
     def check_sources(self, sources: Mapping[str, Any], num_classes: int) -> None:
         """Refuse the other models themselves (role → ``runs.inputs.ModelSource``, loaded) for a
         run of ``num_classes`` classes, before any file is written (e.g. ACES: a selection model
-        must have 2 classes); :meth:`check_models` has accepted their roles."""
-        return None
+        must have 2 classes); :meth:`check_models` has accepted their roles. By default each
+        is refused as :meth:`check_model` refuses the run's model for its encoding: the roles
+        of a certifier with noise (a cascade's levels, ACES' core and selection) are models of
+        the same inputs."""
+        for role, source in sources.items():
+            self._refuse_encoded(source.model, f"the {role} model")
 
     def checkpoint_roles(self, count: int) -> tuple[str, ...] | None:
         """The roles of the command line's checkpoints after the first when it gives ``count``

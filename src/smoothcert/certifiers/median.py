@@ -29,11 +29,10 @@ the certified intervals (``-inf``/``inf`` where no order statistic bounds the si
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 
 from ..errors import SmoothcertError
-from ..registry import option
+from ..registry import list_text, number_list, option
 from ..smoothing.engine import Draws
 from ..stats.median import CORRECTIONS, certify_median, order_indices, side_alpha
 from .certifier import Certifier, register_certifier
@@ -42,18 +41,12 @@ from .columns import Column, format_vector
 log = logging.getLogger(__name__)
 
 
-def parse_eps(text: str) -> tuple[float, ...]:
-    """The radii from ``"0.1,0.25,0.5"``: finite numbers ≥ 0, strictly increasing, at least
-    one; anything else is one line."""
-    try:
-        radii = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        radii = ()
-    if not radii or not all(math.isfinite(r) and r >= 0 for r in radii):
-        raise SmoothcertError(f"median eps: expected numbers >= 0 separated by commas, got "
-                              f"{text!r}")
+def parse_eps(value) -> tuple[float, ...]:
+    """The radii from ``"0.1,0.25,0.5"`` (or a number, or a list): finite numbers ≥ 0,
+    strictly increasing, at least one; anything else is one line saying what is wrong."""
+    radii = number_list("median eps", value, low=0.0)
     if any(a >= b for a, b in zip(radii, radii[1:])):
-        raise SmoothcertError(f"median eps must be strictly increasing, got {text}")
+        raise SmoothcertError(f"median eps must be strictly increasing, got {value}")
     return radii
 
 
@@ -89,7 +82,8 @@ class Median(Certifier):
                                         "(0.5: the median, the authors')")
         eps: str = option("0.1,0.25,0.36,0.5", "the l2 radii (input units) to certify, "
                                                "increasing, comma-separated (the authors' "
-                                               "default radius: 0.36 at sigma 0.25)")
+                                               "default radius: 0.36 at sigma 0.25)",
+                     convert=list_text)
         correction: str = option("bonferroni", "alpha over the bounds: bonferroni (all outputs"
                                                " and radii at once) or none (each one-sided "
                                                "bound at alpha, the authors')",

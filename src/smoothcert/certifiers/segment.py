@@ -31,7 +31,6 @@ import numpy as np
 import torch
 from scipy.stats import norm
 
-from ..data.registry import DATASETS
 from ..errors import SmoothcertError
 from ..registry import option
 from ..smoothing.engine import Draws
@@ -155,14 +154,6 @@ class Segment(Certifier):
     def radius(self, sigma: float) -> float:
         return segmentation_radius(sigma, self.tau)
 
-    def check(self, config):
-        """A note when even n votes of n at every pixel cannot pass α / (H·W)."""
-        shape = getattr(DATASETS.get(config.dataset), "input_shape", None)
-        pixels = shape[-2] * shape[-1] if shape is not None else 1
-        note_too_few_draws(config, lambda n: None if self.tau**n <= config.alpha / pixels
-                           else f"n votes of n give p-value tau^n = {self.tau**n:.3g} > "
-                                f"alpha / {pixels} pixels")
-
     def check_sources(self, sources, num_classes):
         """At most 255 classes: the ``map`` is 8-bit, 255 its abstention (checked here, the
         runner's last check with the run's classes before the record file is opened)."""
@@ -172,6 +163,18 @@ class Segment(Certifier):
 
     def start(self, run):
         self._radius = self.radius(run.config.sigma)  # one Φ⁻¹ per run, not per image
+        self._note_too_few_draws(run.config, getattr(run.dataset, "input_shape", None))
+
+    def _note_too_few_draws(self, config, shape) -> None:
+        """A note when even n votes of n at every pixel cannot pass α / (H·W), H·W the run's
+        image size (the dataset's ``input_shape``: a segfolder's ``--image-size``); a dataset
+        that states no shape gets none."""
+        if shape is None:
+            return
+        pixels = int(shape[-2]) * int(shape[-1])
+        note_too_few_draws(config, lambda n: None if self.tau**n <= config.alpha / pixels
+                           else f"n votes of n give p-value tau^n = {self.tau**n:.3g} > "
+                                f"alpha / {pixels} pixels")
 
     def program(self, run, x, label, idx, generator):
         cfg = run.config

@@ -95,6 +95,10 @@ def sigma_levels(args, certifier: str, options: dict) -> tuple[float | None, dic
         if cls.sigma_list_option is None:
             raise SmoothcertError(f"--sigma takes one value with --certifier {certifier}; a "
                                   "list is for a certifier over several levels (cascade)")
+        if options.get(cls.sigma_list_option):
+            raise SmoothcertError(f"--sigma {','.join(f'{v:g}' for v in sigma)} and --opt "
+                                  f"{cls.sigma_list_option}={options[cls.sigma_list_option]} "
+                                  "both give the levels' sigmas: pass one of them")
         options = {**options, cls.sigma_list_option: ",".join(map(repr, sigma))}
         sigma = sigma[0]
     return sigma, options
