@@ -1,6 +1,7 @@
 """The validators of smoothcert.errors: each refuses booleans, NaN, infinities and strings."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +12,11 @@ from smoothcert.errors import (
     check_count,
     check_in_range,
     check_nonnegative,
+    check_plain_name,
     check_positive_finite,
     check_probability,
+    printable,
+    unsafe_character,
 )
 
 # validator → (values it accepts, with what it returns; extra values it refuses)
@@ -98,3 +102,30 @@ def test_sequential_tests_take_numpy_counts_but_not_bools():
         test.looks(True)
     with pytest.raises(SmoothcertError, match="n_max must be an integer >= 1"):
         test.looks(np.bool_(True))
+
+
+# --------------------------------------------------------------------------- text in messages
+HOSTILE_TEXT = ["\x1b]0;pwned\x07", "\x1b[2J", "a\x00b", "tab\there", "line\nbreak", "cr\r",
+                "del\x7f", "c1\x9b31m", "nel\x85", "ls\u2028", "rlo\u202eevil", "iso\u2066x",
+                "surrogate\udcff"]
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXT)
+def test_printable_escapes_what_repr_escapes_and_nothing_else(text):
+    shown = printable(text)
+    assert shown.isprintable() and shown == repr(text)[1:-1]
+    assert unsafe_character(text) is not None
+    with pytest.raises(SmoothcertError, match=r"^here names class '.*', which holds the control "
+                                              r"character U\+[0-9A-F]{4}; .*: fix it$") as info:
+        check_plain_name(text, "here names class", "fix it")
+    assert str(info.value).isprintable() and shown in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["plain", "T-shirt/top", "it's", 'say "hi"', "back\\slash",
+                                  "猫 café", "👩\u200d🔬", "no\u00a0break", "rtl\u200fmark"])
+def test_printable_keeps_plain_text_and_plain_names_pass(text):
+    assert unsafe_character(text) is None and check_plain_name(text, "w", "h") == text
+    if text.isprintable():
+        assert printable(text) == text  # quotes and backslashes stay as they are
+    assert printable(text).isprintable()  # a zero-width joiner or NBSP is shown escaped
+    assert printable(Path("/x") / text) == printable(f"/x/{text}")

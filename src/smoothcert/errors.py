@@ -3,12 +3,18 @@
 Everything a user can get wrong (a bad σ, a foreign checkpoint, an unknown dataset name, ...)
 raises :class:`SmoothcertError` at the boundary where it enters the library. The CLI turns it into
 one line on stderr and exit code 2; Python users catch it as a ``ValueError``.
+
+Text a user supplied (a path, a class name read from a file or a folder) goes into a message
+through :func:`printable`, so that a terminal escape, a NUL or a line break in it cannot clear
+the screen, retitle the terminal or split the one line; :func:`check_plain_name` refuses such
+characters in a name that the library keeps (a class name).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import unicodedata
 from collections.abc import Iterable
 
 
@@ -19,6 +25,47 @@ class SmoothcertError(ValueError):
 def unknown_name(kind: str, name: str, known: Iterable[str]) -> SmoothcertError:
     """The error for a registry miss: names the known entries."""
     return SmoothcertError(f"unknown {kind} {name!r}; known: {', '.join(sorted(known))}")
+
+
+def printable(text) -> str:
+    """``str(text)`` with every character that :func:`repr` escapes written as its escape
+    (``\\x1b``, ``\\x00``, ``\\n``, ``\\u202e``, ``\\udcff``), without repr's quotes:
+    the result holds only printable characters (``str.isprintable``), so it can go into a
+    one-line message as it is; printable text, backslashes and non-ASCII letters included, is
+    unchanged."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+# The bidirectional embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069), which
+# reorder the text that follows them on a terminal or a page ("Trojan Source", CVE-2021-42574).
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def unsafe_character(text: str) -> str | None:
+    """The first character of ``text`` that no name should hold, else None: a C0 or C1 control
+    or DEL (terminal escapes, NUL, line breaks; category Cc), a line or paragraph separator
+    (Zl, Zp), a lone surrogate (Cs: bytes of a file name that are not UTF-8), or a bidi
+    control (:data:`BIDI_CONTROLS`). Letters of any script, spaces, emoji (with their zero-width
+    joiners) and the marks LRM/RLM pass."""
+    for c in text:
+        if unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs") or c in BIDI_CONTROLS:
+            return c
+    return None
+
+
+def check_plain_name(name: str, where: str, how: str) -> str:
+    """``name`` if it holds no :func:`unsafe_character`; else one SmoothcertError, "``where``
+    '<name escaped by printable>' holds the control character U+XXXX; ...: ``how``" (``where``
+    says where the name came from, ``how`` how to fix it)."""
+    bad = unsafe_character(name)
+    if bad is not None:
+        raise SmoothcertError(f"{where} '{printable(name)}', which holds the control character "
+                              f"U+{ord(bad):04X}; a class name is plain text (no terminal "
+                              f"escapes, NUL, line breaks or bidi controls): {how}")
+    return name
 
 
 def _is_number(value) -> bool:

@@ -24,8 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import SmoothcertError
+from ..errors import SmoothcertError, printable
 from ..io import file_sha256
+from .formats import DIGIT_NAMES
 from .registry import SPLITS, DatasetSpec, dataset_spec, register_dataset
 
 # Files up to this size are fingerprinted by their SHA-256 in a run's manifest (a few ms per
@@ -83,6 +84,17 @@ class ImageDataset:
     @property
     def input_shape(self) -> tuple[int, int, int]:
         return self.spec.input_shape
+
+    @property
+    def class_names(self) -> tuple[str, ...] | None:
+        """Label c's name, or None: see :mod:`~smoothcert.data.registry`."""
+        return self.spec.class_names
+
+    @property
+    def background_index(self) -> int | None:
+        """A segmentation set's "background" label, or None: see
+        :mod:`~smoothcert.data.registry`."""
+        return self.spec.background_index
 
     @property
     def device(self) -> torch.device:
@@ -194,8 +206,9 @@ def load_dataset(
         raise SmoothcertError(f"data_root must be a folder path, got {data_root!r}")
     root = Path(data_root).expanduser() if data_root is not None else None
     if root is not None and not root.is_dir():  # a typo must not fall back to other folders
-        raise SmoothcertError(f"--data-root {root} does not exist or is not a folder; pass the "
-                              f"folder that holds the {name} files, or leave --data-root out")
+        raise SmoothcertError(f"--data-root {printable(root)} does not exist or is not a "
+                              f"folder; pass the folder that holds the {name} files, or leave "
+                              "--data-root out")
     images, labels, scale, *read = spec.loader(split, root, download)
     _check_loaded(spec, images, labels)
     files = describe_files(read[0]) if read else ()
@@ -258,7 +271,8 @@ def digits_split_indices() -> tuple[np.ndarray, np.ndarray]:
 
 # Pixel mean and population std (ddof=0) over all pixels of the train split above, pixels = raw/16;
 # recomputed by tests/data/test_data.py::test_digits_normalization_matches_train_split.
-@register_dataset("digits", num_classes=10, input_shape=(1, 8, 8), mean=(0.30548,), std=(0.37611,))
+@register_dataset("digits", num_classes=10, input_shape=(1, 8, 8), mean=(0.30548,), std=(0.37611,),
+                  class_names=DIGIT_NAMES)
 def _load_digits(split: str, data_root: Path | None, download: bool):
     from sklearn.datasets import load_digits
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from ..errors import SmoothcertError
+from .formats import FASHION_MNIST_NAMES
 from .registry import DATASETS, register_dataset
 
 THRESHOLD = 25
@@ -38,6 +39,7 @@ THRESHOLD = 25
 IGNORE_INDEX = 255
 """The label of the faint band 0 < v ≤ THRESHOLD in ``fashion-mnist-seg``."""
 SEG_CLASSES = 11  # background + Fashion-MNIST's 10 classes
+SEG_CLASS_NAMES = ("background", *FASHION_MNIST_NAMES)  # label c + 1 is the item's class c
 BOX_OUTPUTS = 4  # x_min, y_min, x_max, y_max
 _MEAN, _STD = (0.2860,), (0.3530,)  # fashion-mnist's (formats.py)
 
@@ -79,7 +81,8 @@ def _fashion_mnist(split: str, data_root: Path | None, download: bool):
 
 
 @register_dataset("fashion-mnist-seg", num_classes=SEG_CLASSES, input_shape=(1, 28, 28),
-                  mean=_MEAN, std=_STD, task="segmentation", ignore_index=IGNORE_INDEX)
+                  mean=_MEAN, std=_STD, task="segmentation", ignore_index=IGNORE_INDEX,
+                  class_names=SEG_CLASS_NAMES)
 def _load_fashion_mnist_seg(split: str, data_root: Path | None, download: bool):
     images, classes, scale, *read = _fashion_mnist(split, data_root, download)
     return (images, segmentation_masks(images, classes), scale, *read)

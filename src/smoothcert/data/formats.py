@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import SmoothcertError
+from ..errors import SmoothcertError, printable
 from .registry import register_dataset
 
 # Where the Debian package ``dataset-fashion-mnist`` puts the four gzipped IDX files.
@@ -51,15 +51,17 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     path = Path(path)
     raw = _read_bytes(path)
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or not 1 <= raw[3] <= 4:
-        raise SmoothcertError(f"{path} is not an unsigned-byte IDX file (bad magic number)")
+        raise SmoothcertError(f"{printable(path)} is not an unsigned-byte IDX file "
+                              "(bad magic number)")
     ndim = raw[3]
     header = 4 + 4 * ndim
     if len(raw) < header:
-        raise SmoothcertError(f"{path} is truncated (incomplete IDX header); download it again")
+        raise SmoothcertError(f"{printable(path)} is truncated (incomplete IDX header); "
+                              "download it again")
     shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
     if len(raw) - header != math.prod(shape):
         raise SmoothcertError(
-            f"{path} holds {len(raw) - header} data bytes but its header says {shape} "
+            f"{printable(path)} holds {len(raw) - header} data bytes but its header says {shape} "
             f"({math.prod(shape)}); the file is truncated or corrupt, download it again"
         )
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
@@ -72,7 +74,8 @@ def _read_bytes(path: Path) -> bytes:
                 return f.read()
         return path.read_bytes()
     except (OSError, EOFError, zlib.error) as err:
-        raise SmoothcertError(f"cannot read {path} ({err}); download it again") from err
+        raise SmoothcertError(f"cannot read {printable(path)} ({printable(err)}); "
+                              "download it again") from err
 
 
 def _idx_file(folder: Path, stem: str) -> Path | None:
@@ -95,7 +98,7 @@ def _read_idx_pair(pair: tuple[Path, Path]) -> tuple[torch.Tensor, torch.Tensor,
     images, labels = read_idx(pair[0]), read_idx(pair[1])
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
         raise SmoothcertError(
-            f"{pair[0]} and {pair[1]} do not form an image/label pair "
+            f"{printable(pair[0])} and {printable(pair[1])} do not form an image/label pair "
             f"(shapes {images.shape} and {labels.shape})"
         )
     images = torch.from_numpy(images.copy()).unsqueeze(1)  # (N, 1, H, W)
@@ -138,7 +141,7 @@ class _IdxSource:
         return _find_idx_pair([root / self.torchvision_class / "raw"], split)
 
     def _not_found(self, folders: list[Path], download: bool) -> SmoothcertError:
-        looked = ", ".join(str(f) for f in folders)
+        looked = ", ".join(printable(f) for f in folders)
         tried = "download failed" if download else "download disabled"
         return SmoothcertError(
             f"{self.name} IDX files not found (looked in {looked}; {tried}); "
@@ -157,13 +160,25 @@ _FASHION = _IdxSource(
 )
 
 
-@register_dataset("mnist", num_classes=10, input_shape=(1, 28, 28), mean=(0.1307,), std=(0.3081,))
+DIGIT_NAMES = tuple(str(d) for d in range(10))  # mnist's and digits' labels are the digits
+# Zalando's names of labels 0..9 (zalandoresearch/fashion-mnist README, torchvision's
+# FashionMNIST.classes).
+FASHION_MNIST_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
+                       "Sneaker", "Bag", "Ankle boot")
+# The batches.meta label_names of cifar-10-python.tar.gz, labels 0..9.
+CIFAR10_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
+                 "truck")
+
+
+@register_dataset("mnist", num_classes=10, input_shape=(1, 28, 28), mean=(0.1307,), std=(0.3081,),
+                  class_names=DIGIT_NAMES)
 def _load_mnist(split: str, data_root: Path | None, download: bool):
     return _MNIST.load(split, data_root, download)
 
 
 @register_dataset(
-    "fashion-mnist", num_classes=10, input_shape=(1, 28, 28), mean=(0.2860,), std=(0.3530,)
+    "fashion-mnist", num_classes=10, input_shape=(1, 28, 28), mean=(0.2860,), std=(0.3530,),
+    class_names=FASHION_MNIST_NAMES,
 )
 def _load_fashion_mnist(split: str, data_root: Path | None, download: bool):
     # The system folder is read at call time, so tests can point it elsewhere.
@@ -209,11 +224,12 @@ def read_cifar_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         labels = np.asarray(batch[b"labels"], dtype=np.int64)
     except Exception as err:  # truncated pickle, foreign object, missing key, ...
         raise SmoothcertError(
-            f"{path} is not a readable CIFAR-10 python batch ({err}); download it again"
+            f"{printable(path)} is not a readable CIFAR-10 python batch ({printable(err)}); "
+            "download it again"
         ) from err
     if data.ndim != 2 or data.shape[1] != 3072 or labels.shape != (len(data),):
         raise SmoothcertError(
-            f"{path} is not a CIFAR-10 batch: data {data.shape}, labels {labels.shape}"
+            f"{printable(path)} is not a CIFAR-10 batch: data {data.shape}, labels {labels.shape}"
         )
     return data.reshape(-1, 3, 32, 32), labels
 
@@ -252,6 +268,7 @@ def _download_cifar(root: Path) -> None:
     mean=(0.4914, 0.4822, 0.4465),
     std=(0.2023, 0.1994, 0.2010),
     augmentation="crop_flip",
+    class_names=CIFAR10_NAMES,
 )
 def _load_cifar10(split: str, data_root: Path | None, download: bool):
     root = data_root or default_cache_dir()
@@ -261,7 +278,7 @@ def _load_cifar10(split: str, data_root: Path | None, download: bool):
         _download_cifar(root)
         folder = _find_cifar_dir([root / _CIFAR_DIR], split)
     if folder is None:
-        looked = ", ".join(str(f) for f in folders)
+        looked = ", ".join(printable(f) for f in folders)
         tried = "download failed" if download else "download disabled"
         raise SmoothcertError(
             f"cifar10 batches not found (looked in {looked}; {tried}); pass --data-root pointing "

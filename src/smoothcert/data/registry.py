@@ -5,6 +5,24 @@ statistics that go into the model's first layer, the training augmentation, and 
 ``loader`` that reads a whole split into memory (:mod:`.formats`, :mod:`.datasets`) or an
 ``opener`` that scans an image folder (:mod:`.image_folders`). Registering is all a new dataset
 needs; :func:`smoothcert.data.datasets.load_dataset` reads any registered name.
+
+Every dataset that :func:`~smoothcert.data.datasets.load_dataset` returns names its classes,
+for tables and the HTML gallery, through its spec (``dataset.spec``) and as attributes of its
+own:
+
+* ``class_names``: a tuple of ``num_classes`` str, entry c naming label c (for a segmentation
+  set, mask value c; the ``ignore_index`` is no class and is not named), or None where the
+  names are unknown (a regression set's outputs are no classes). Built in: ``mnist`` and
+  ``digits`` "0".."9"; ``fashion-mnist`` Zalando's ten names ("T-shirt/top", ...); ``cifar10``
+  "airplane" .. "truck" in label order; ``fashion-mnist-seg`` "background" then
+  Fashion-MNIST's names; ``imagenet`` and ``imagefolder`` the class folder names in label
+  (sorted) order, for ImageNet its wnids (``n01440764``, ...): human-readable names would need
+  the devkit's wnid list to be sure they match; ``segfolder`` the lines of ``classes.txt``.
+  A name holds no control character (folders and ``classes.txt`` that would give one are
+  refused, :func:`smoothcert.errors.check_plain_name`).
+* ``background_index``: for a segmentation set, the label of the class named "background"
+  (case-insensitive; the first if several are), as Pascal VOC's class 0, which a figure may
+  mute; None for other tasks and where no class has that name.
 """
 
 from __future__ import annotations
@@ -56,10 +74,24 @@ class DatasetSpec:
     opener: Callable | None = None
     task: str = "classification"  # one of TASKS
     ignore_index: int | None = None  # segmentation: the label of unlabelled pixels
+    class_names: tuple[str, ...] | None = None  # label c's name, see the module's docstring
 
     def __post_init__(self):
         if self.task not in TASKS:
             raise ValueError(f"dataset task {self.task!r} is not one of {TASKS}")
+        if self.class_names is not None and self.num_classes and \
+                len(self.class_names) != self.num_classes:
+            raise ValueError(f"dataset {self.name!r} names {len(self.class_names)} classes, "
+                             f"has {self.num_classes}")
+
+    @property
+    def background_index(self) -> int | None:
+        """Segmentation only: the label of the first class named "background" (any case), else
+        None (see the module's docstring)."""
+        if self.task != "segmentation" or self.class_names is None:
+            return None
+        lowered = [name.lower() for name in self.class_names]
+        return lowered.index("background") if "background" in lowered else None
 
     @property
     def streamed(self) -> bool:
@@ -80,14 +112,17 @@ def register_dataset(
     augmentation: str = "none",
     task: str = "classification",
     ignore_index: int | None = None,
+    class_names: tuple[str, ...] | None = None,
 ) -> Callable[[Loader], Loader]:
     """Decorator: register ``loader`` under ``name`` with the dataset's fixed properties
-    (``task``: one of :data:`TASKS`; for a regression set ``num_classes`` is its outputs)."""
+    (``task``: one of :data:`TASKS`; for a regression set ``num_classes`` is its outputs;
+    ``class_names``: label c's name, or None)."""
 
     def wrap(loader: Loader) -> Loader:
         spec = (name, num_classes, tuple(input_shape), tuple(mean), tuple(std), augmentation)
+        names = tuple(class_names) if class_names is not None else None
         DATASETS.register(name)(DatasetSpec(*spec, loader, task=task,
-                                            ignore_index=ignore_index))
+                                            ignore_index=ignore_index, class_names=names))
         return loader
 
     return wrap
@@ -97,7 +132,8 @@ def register_folder_dataset(name: str, *, num_classes: int, image_size: int,
                             mean: tuple[float, ...], std: tuple[float, ...],
                             opener: Callable, task: str = "classification",
                             ignore_index: int | None = None) -> None:
-    """Register a streamed image-folder dataset (RGB, ``image_size`` square by default)."""
+    """Register a streamed image-folder dataset (RGB, ``image_size`` square by default); its
+    ``opener`` sets the spec's ``class_names`` from the folder it scans."""
     spec = DatasetSpec(name, num_classes, (3, image_size, image_size), tuple(mean), tuple(std),
                        "none", None, opener, task=task, ignore_index=ignore_index)
     DATASETS.register(name)(spec)
