@@ -47,9 +47,9 @@ def test_median_summary_is_the_mean_width_per_eps(files):
 
 
 def test_flags_of_certify_files_and_mixed_files_are_refused(files, tmp_path):
-    with pytest.raises(SmoothcertError, match="--envelope need CERTIFY record files"):
+    with pytest.raises(SmoothcertError, match="--envelope needs CERTIFY record files"):
         report([files[0]], "0", envelope=True)
-    with pytest.raises(SmoothcertError, match="--plot need CERTIFY"):
+    with pytest.raises(SmoothcertError, match="--plot needs CERTIFY"):
         report([files[1]], "0", plot=tmp_path / "p.png")
     with pytest.raises(SmoothcertError, match="cannot share one table"):
         report(list(files), "0")

@@ -223,7 +223,7 @@ def test_a_missing_map_is_said_on_its_card(tmp_path, seg_file):
 # --------------------------------------------------------------------------- boxes
 def _rects(svg_text: str) -> dict:
     return {m[0]: tuple(float(v) for v in m[1:]) for m in re.findall(
-        r'<rect class="(\w+)" x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)"',
+        r'<rect class="(\w+)" x="([-\d.]+)" y="([-\d.]+)" width="([\d.]+)" height="([\d.]+)"',
         svg_text)}
 
 
@@ -240,7 +240,9 @@ def test_box_cards_draw_target_median_and_the_certified_envelope(tmp_path, media
     assert rects["inner"] == (2.5, 2, 2.5, 3.5)  # upper x0, y0; lower x1, y1
     text = page_of(tmp_path, [median_file], eps=0.5)[0]
     clipped = _rects(re.findall(r"<svg class=\"boxes\".*?</svg>", text)[1])
-    assert clipped["outer"] == (0, 0, 8, 7.5)  # idx 1: −inf and inf clipped to the image
+    # idx 1: −inf and inf reach the drawing's edge, its margin 0.8 (a tenth of 8) past the
+    # image's: x from −0.8, width 8 + 2 · 0.8
+    assert clipped["outer"] == (-0.8, 0, 9.6, 7.5)
 
 
 def test_box_gallery_refuses_an_eps_outside_the_grid(tmp_path, median_file, cls_file):

@@ -6,7 +6,9 @@ upgrade fixtures' checkpoint, and the fixtures' old files."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import shutil
 from pathlib import Path
@@ -22,7 +24,7 @@ from smoothcert.data.datasets import load_dataset
 from smoothcert.errors import SmoothcertError
 from smoothcert.evaluation.intervals import acr_difference
 from smoothcert.evaluation.norms import in_norm, in_norms
-from smoothcert.evaluation.report import UNIT_COLUMN, report
+from smoothcert.evaluation.report import UNIT_COLUMN, agreement_report, report
 from smoothcert.runs.records import manifest_path, read_records
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "upgrade"
@@ -34,6 +36,29 @@ BEFORE = [OLD / "v4_certify_gaussian.tsv", OLD / "v4_certify_uniform.tsv",
           OLD / "v1_certify_gaussian.tsv", OLD / "v2_certify_uniform.tsv",
           OLD / "v3_data_dependent_uniform.tsv", FIXTURES / "corpus" / "step4_fixed_n.tsv",
           FIXTURES / "corpus" / "step5_heat_g001_s050_deterministic.tsv"]
+# Since issue 45 one table reads one norm, so the ℓ2 and the ℓ1 files of BEFORE are reported
+# apart (the PREDICT file, without a radius, with the ℓ1 files); the ℓ1 table says its norm.
+L1_BEFORE = [p for p in BEFORE if "uniform" in p.name]
+L2_BEFORE = [p for p in BEFORE if p not in L1_BEFORE]
+OPTIONAL = {"dataset", "adjusted", "σ_x min", "σ_x mean", "σ_x max", "$\\sigma_x$ min",
+            "$\\sigma_x$ mean", "$\\sigma_x$ max", "sigma_min", "sigma_mean", "sigma_max"}
+"""Columns a table shows for some of its files only (several datasets, data-dependent σ_x)."""
+
+
+def cells(text: str, fmt: str) -> list[dict]:
+    """Each row of a report table as {column: its cell as printed} (json: as parsed)."""
+    if fmt == "json":
+        return json.loads(text)
+    if fmt == "csv":
+        return list(csv.DictReader(io.StringIO(text)))
+    if fmt == "md":
+        lines = [[c.strip() for c in line.strip().strip("|").split("|")]
+                 for line in text.splitlines()]
+        lines.pop(1)  # the alignment row
+    else:  # latex: the header and the rows, each ending in \\
+        lines = [[c.strip() for c in line.removesuffix("\\\\").split("&")]
+                 for line in text.splitlines() if line.endswith("\\\\")]
+    return [dict(zip(lines[0], row)) for row in lines[1:]]
 
 
 @pytest.fixture(scope="module")
@@ -58,15 +83,31 @@ def accuracy(path: Path, column: str, radius: float) -> float:
 
 
 @pytest.mark.parametrize("fmt", ["md", "csv", "latex", "json"])
-def test_old_files_report_byte_identically(fmt):
-    # The golden text is the output of the code before the radius columns (commit 9a6dbf5).
-    golden = (FIXTURES / "reports" / f"before_radii.{fmt}").read_text(encoding="utf-8")
-    assert report(BEFORE, RADII, fmt=fmt) == golden
+@pytest.mark.parametrize("group, unit", [(L2_BEFORE, None), (L1_BEFORE, "ℓ1")])
+def test_old_files_report_the_cells_they_did(fmt, group, unit):
+    # The golden text is the output of the code before the radius columns (commit 9a6dbf5), of
+    # all BEFORE files in one table: each norm's table prints the same cells for its files.
+    golden = cells((FIXTURES / "reports" / f"before_radii.{fmt}").read_text(encoding="utf-8"),
+                   fmt)
+    old_rows = {row["name"]: row for row in golden}
+    rows = cells(report(group, RADII, fmt=fmt), fmt)
+    assert len(rows) == len(group) and all(row["name"] in old_rows for row in rows)
+    unit_key = UNIT_COLUMN[0] if fmt in ("csv", "json") else UNIT_COLUMN[1]
+    for row in rows:
+        old = old_rows[row["name"]]
+        assert set(row) - set(old) == ({unit_key} if unit else set())
+        assert set(old) - set(row) <= OPTIONAL
+        assert {k: v for k, v in row.items() if k in old} == {k: old[k] for k in row if k in old}
+        if unit:
+            assert row[unit_key] == ("$\\ell_1$" if fmt == "latex" else unit)
 
 
-def test_old_files_report_byte_identically_through_the_cli(capsys):
-    assert main(["report", *map(str, BEFORE)]) == 0
-    assert capsys.readouterr().out == (FIXTURES / "reports" / "before_radii.md").read_text()
+def test_old_files_report_through_the_cli_and_their_mix_of_norms_is_refused(capsys):
+    assert main(["report", *map(str, L2_BEFORE)]) == 0
+    assert capsys.readouterr().out == report(L2_BEFORE, RADII)
+    assert main(["report", *map(str, BEFORE)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "different norms (ℓ2: " in err
 
 
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
@@ -90,8 +131,10 @@ def test_linf_heading_and_values_in_markdown(files):
 
 
 def test_without_norm_each_file_reads_its_noises_radius_as_before(files):
-    plain = json.loads(report(files, RADII, fmt="json"))
-    assert all(UNIT_COLUMN[0] not in row for row in plain)
+    # one file at a time: files of two norms share no table without --norm (issue 45)
+    plain = [json.loads(report([path], RADII, fmt="json"))[0] for path in files]
+    assert UNIT_COLUMN[0] not in plain[0]  # ℓ2: Cohen et al.'s table, as it was
+    assert plain[1][UNIT_COLUMN[0]] == "ℓ1"  # any other norm is said
     assert plain[0]["acr"] == acr(files[0], "radius") == acr(files[0], "radius_l2")
     assert plain[1]["acr"] == acr(files[1], "radius") == acr(files[1], "radius_l1")
     # the primary norm named explicitly gives the same numbers, with the norm said
@@ -107,6 +150,7 @@ def test_an_old_file_reads_its_primary_norm_from_radius():
         plain = json.loads(report([path], RADII, fmt="json"))[0]
         named = json.loads(report([path], RADII, fmt="json", norm=norm))[0]
         assert named.pop("radius_in") == {"l1": "ℓ1", "l2": "ℓ2"}[norm]
+        assert plain.pop("radius_in", "ℓ1") == "ℓ1"  # said without --norm where not ℓ2
         assert named == plain
 
 
@@ -183,7 +227,7 @@ def test_the_plot_says_the_norm_and_marks_the_n_limit_in_it(files):
 
     records = in_norms([read_records(files[0])], "linf")
     fig = certified_accuracy_figure(records, norm="linf")
-    assert fig.axes[0].get_xlabel() == "ℓ∞ radius"
+    assert fig.axes[0].get_xlabel() == "L∞ radius"
     limit = 0.25 * gauss.ppf(0.001 ** (1 / 300))
     assert n_limited_radius(records[0], "linf") == pytest.approx(limit / 8, rel=1e-12)
     assert n_limited_radius(records[0]) == pytest.approx(limit, rel=1e-12)
@@ -219,6 +263,27 @@ def test_a_certifiers_own_unit_is_said_and_refuses_norm(files, patch_file):
     assert fig.axes[0].get_xlabel() == "radius (patch side, pixels)"
     both = certified_accuracy_figure([read_records(patch_file), read_records(files[1])])
     assert both.axes[0].get_xlabel() == "radius (units differ by file)"
+    # what compares the files radius by radius needs one unit (issue 45)
+    for flag, call in (("--envelope", lambda: report([patch_file, files[1]], RADII,
+                                                     envelope=True)),
+                       ("--agreement", lambda: agreement_report([patch_file, files[1]], RADII))):
+        with pytest.raises(SmoothcertError) as caught:
+            call()
+        assert str(caught.value) == (
+            f"{flag} compares the files radius by radius, but their radii are in different "
+            f"units (patch side, pixels: {patch_file}; ℓ1: {files[1]}); drop {flag} or report "
+            "them separately")
+    from smoothcert.evaluation.plots import cost_figure
+
+    two = [read_records(patch_file), read_records(files[1])]
+    with pytest.raises(SmoothcertError, match="^--envelope compares the files radius by"):
+        certified_accuracy_figure(two, envelope=True)
+    with pytest.raises(SmoothcertError, match="^--plot-cost compares the files radius by"):
+        cost_figure(two, 1.0)
+    # and the ℓp files beside it one norm: no --norm reads the patch file
+    with pytest.raises(SmoothcertError, match=r"different norms \(patch side, pixels: .*; ℓ2: "
+                                              r".*; ℓ1: .*\).* no --norm reads every file"):
+        report([patch_file, *files], RADII)
     with pytest.raises(SmoothcertError, match="patch.tsv certifies patch side, pixels, not an "
                                               "ℓp radius; report it without --norm"):
         report([patch_file], RADII, norm="l2")

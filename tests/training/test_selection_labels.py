@@ -152,8 +152,8 @@ def test_records_of_another_split_or_dataset_or_without_manifest_are_refused(
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"label_records": None, "label_radius": 0.5}, "--label-radius need --label-records"),
-    ({"label_records": None, "label_rule": "certified"}, "--label-rule need --label-records"),
+    ({"label_records": None, "label_radius": 0.5}, "--label-radius needs --label-records"),
+    ({"label_records": None, "label_rule": "certified"}, "--label-rule needs --label-records"),
     ({"train_size": 20}, "--train-size and --label-records exclude each other"),
     ({"label_radius": -0.1}, "label_radius must be a finite number >= 0"),
     ({"label_rule": "robust"}, "unknown label_rule 'robust'; known: correct, certified"),

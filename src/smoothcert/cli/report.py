@@ -18,9 +18,10 @@ is over all n examples of the file, abstentions included):
 CERTIFY and PREDICT files, one row per file
 name\tthe file (its name, made distinct where two files share one)
 radius in\twhat the row's radii (ACR, r=R) are in: the norm of --norm (ℓ1, ℓ2, ℓ∞: the file's \
-radius_l1, radius_l2 or radius_linf column), or a certifier's own unit (a patch side in \
-pixels); shown with --norm or such a file, else each file's radius is in its noise's norm \
-(ℓ2 Gaussian, ℓ1 uniform)
+radius_l1, radius_l2 or radius_linf column), else the files' one norm, their noise's (ℓ2 \
+Gaussian, ℓ1 uniform, ℓ∞ exp-inf), or a certifier's own unit (a patch side in pixels); shown \
+with --norm or radii other than ℓ2. Files of different norms need --norm (one table, plot, \
+envelope or agreement reads one norm)
 dataset\tthe dataset split the file certifies (its manifest's), shown when the files certify \
 more than one
 n\texamples in the file
@@ -60,6 +61,7 @@ ACR\tof the first CERTIFY record file in the folder
 first, second\tthe two files
 agree\tfraction of (example, radius) pairs that both files certify or both do not
 ΔACR, ± SE\tACR(second) − ACR(first) and its paired standard error over the examples
+radius in\tas above, after second: shown with --norm or radii other than ℓ2
 r=R\ta/b: examples only the first file / only the second certifies at R"""
 
 
@@ -73,7 +75,8 @@ def _report_args(p):
     p.add_argument("--norm", choices=names("norms"),
                    help="read every file's certified radius in this norm (its radius_l1, "
                         "radius_l2 or radius_linf column; default: each file's own radius, in "
-                        "its noise's norm) and say it in the table's 'radius in' column")
+                        "its noise's norm, which files of different norms refuse) and say it "
+                        "in the table's 'radius in' column and on the plot's axis")
     p.add_argument("--plot", help="write certified accuracy vs radius (attack files: the "
                                   "attack curves) to this image file")
     p.add_argument("--envelope", action="store_true",

@@ -17,6 +17,14 @@ which an old manifest does not record for every dataset.
 A certifier whose radius is not an ℓp distance says so with
 :meth:`~smoothcert.certifiers.certifier.Certifier.radius_norm` (e.g. a patch side in pixels);
 its files are read as they are, their unit shown, and ``--norm`` is refused for them.
+
+One report reads one norm (:func:`radius_units`): without ``--norm``, files whose radii are
+in different norms (a Gaussian file's ℓ2, a Laplace file's ℓ1) are refused in one line naming
+the ``--norm`` values every file holds (:func:`readable_norms`), since a table, axis,
+σ-envelope or agreement over them would compare radii of different balls; a certifier's own
+unit may share a table, each row saying its unit, but no envelope or agreement
+(:func:`one_unit`). The metrics (:mod:`.metrics`, :mod:`.intervals`) read the ``radius``
+column they are given: their callers read the files in one norm first.
 """
 
 from __future__ import annotations
@@ -101,6 +109,82 @@ def in_norm(records: Records, norm: str | None) -> Records:
 def in_norms(records: Sequence[Records], norm: str | None) -> list[Records]:
     """:func:`in_norm` of each file."""
     return [in_norm(r, norm) for r in records]
+
+
+def readable_norms(records: Records) -> tuple[str, ...]:
+    """The norms :func:`in_norm` reads the file in, in :data:`NORMS` order: every one for a
+    file without a radius (PREDICT), ℓ2 for an attack file, none for a certifier's own unit,
+    else the norms of its ``radius_<norm>`` columns and its noise's own."""
+    if "success" in records and "distance" in records:  # attack files: metrics.is_attack_records
+        return (ATTACK_NORM,)
+    if "radius" not in records:
+        return NORMS
+    if certifier_unit(records) is not None:
+        return ()
+    own = primary_norm(records)
+    return tuple(n for n in NORMS if radius_column(n) in records or n == own)
+
+
+def radius_units(records: Sequence[Records], norm: str | None) -> dict:
+    """What the files' radii are read in: {unit: the paths of its files}, in file order; the
+    unit is ``norm`` when one is chosen (:func:`in_norm` reads each file in it), else each
+    file's noise's norm (``l1``, ``l2``, ``linf``; None for a noise this smoothcert does not
+    know) or its certifier's own unit. Files without a radius (PREDICT) have none.
+
+    Without ``norm``, files whose radii are ℓp balls of different norms are refused in one line
+    naming each file's and the ``--norm`` values every file holds: an ℓ1 radius of 0.5 and an
+    ℓ2 radius of 0.5 are different certificates, so one table, axis, envelope or agreement
+    reads one norm. A certifier's own unit (a patch side, pixels changed: another threat model,
+    which no norm converts) may sit beside them in a table, each row saying its unit; what
+    compares files radius by radius asks :func:`one_unit`.
+    """
+    check_norm(norm)
+    units: dict = {}
+    for r in records:
+        if "radius" in r:  # a PREDICT file certifies no radius; attack files are all ℓ2
+            unit = norm or certifier_unit(r) or primary_norm(r)
+            units.setdefault(unit, []).append(str(r.path))
+    if len([u for u in units if u is None or u in NORMS]) > 1:
+        raise SmoothcertError(_mixed(records, units))
+    return units
+
+
+def one_unit(records: Sequence[Records], norm: str | None, flag: str) -> str | None:
+    """The one unit of :func:`radius_units` (None: no file has a radius, or its noise is
+    unknown), for ``flag``, which compares the files radius by radius (``--envelope``,
+    ``--agreement``, a plot's axis): files of a certifier's own unit beside others are refused
+    in one line."""
+    units = radius_units(records, norm)
+    if len(units) > 1:
+        raise SmoothcertError(f"{flag} compares the files radius by radius, but their radii "
+                              f"are in different units ({_listing(units)}); drop {flag} or "
+                              "report them separately")
+    return next(iter(units), None)
+
+
+MIXED_LISTED = 3  # files named per unit in one line; more are counted (the line stays short)
+
+
+def _listing(units: dict) -> str:
+    """``ℓ2: a.tsv, b.tsv; ℓ1: 5 files (c.tsv, d.tsv, e.tsv, ...)``."""
+    return "; ".join(f"{NORM_LABELS.get(u, u or '?')}: " + (
+        ", ".join(paths) if len(paths) <= MIXED_LISTED else
+        f"{len(paths)} files ({', '.join(paths[:MIXED_LISTED])}, ...)")
+        for u, paths in units.items())
+
+
+def _mixed(records: Sequence[Records], units: dict) -> str:
+    """Why files of several norms (``units``: unit → paths) share no report, and what to do."""
+    shared = [n for n in NORMS if all(n in readable_norms(r) for r in records)]
+    fix = ("; add " + _either([f"--norm {n}" for n in shared]) + " (radii every file holds)"
+           if shared else "; no --norm reads every file, so report them separately")
+    return (f"the files' radii are in different norms ({_listing(units)}), and one table, "
+            f"plot, envelope or agreement reads one norm{fix}")
+
+
+def _either(options: Sequence[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return options[0] if len(options) == 1 else f"{', '.join(options[:-1])} or {options[-1]}"
 
 
 def _missing(records: Records, norm: str) -> str:

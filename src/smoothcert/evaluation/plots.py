@@ -40,8 +40,8 @@ def certified_accuracy_figure(records_list: Sequence[Records], max_radius: float
                               envelope: bool = False, norm: str | None = None):
     """The figure of :func:`plot_certified_accuracy` (a matplotlib ``Figure``), ready to paste:
 
-    * y: certified accuracy in percent, as the tables show it; x: the certificate's radius (L2,
-      or L1 for uniform noise).
+    * y: certified accuracy in percent, as the tables show it; x: the certificate's radius in
+      the norm of the files' noise (L2 for Gaussian, L1 for uniform), one for all files.
     * The run parameters σ, n, α that all files share go into the title; those that differ go
       into each file's legend entry, after its name.
     * For CERTIFY files, a dotted vertical line marks the largest radius their ``n`` draws can
@@ -54,10 +54,12 @@ def certified_accuracy_figure(records_list: Sequence[Records], max_radius: float
     largest certified radius or marked limit). ``norm``: the files' ``radius`` columns hold the
     radius in that norm (``report --norm``, :func:`~.norms.in_norm`); the axis says it, and the
     n-limited radius is taken in it. A certifier's own unit (a patch side) is said on the axis.
+    Without ``norm``, files of different norms are refused in one line (one axis, one norm).
     """
     certified = [r for r in records_list if "radius" in r]
     if not certified:
         raise SmoothcertError("no record file has a radius column; nothing to plot")
+    axis = _radius_axis(certified, norm, envelope)  # before any work: one line if refused
     curves = [(r.name, certified_accuracy_curve(r)) for r in certified]  # names may repeat
     params = [run_parameters(r) for r in certified]
     limits = [n_limited_radius(r, norm) for r in certified]
@@ -66,7 +68,7 @@ def certified_accuracy_figure(records_list: Sequence[Records], max_radius: float
                       + [lim for lim in limits if lim is not None])
         max_radius = MARGIN * largest or 1.0
     check_positive_finite("max_radius", max_radius)
-    fig, ax = _figure(_radius_axis(certified, norm), "certified accuracy (%)")
+    fig, ax = _figure(axis, "certified accuracy (%)")
     common = {k: v for k, v in params[0].items() if all(p.get(k) == v for p in params)}
     colors = []
     for (name, (radii, acc)), own in zip(curves, params):
@@ -150,27 +152,44 @@ def _parameter_text(params: dict) -> str:
                      for column, symbol in PARAMETERS if column in params)
 
 
-def _radius_axis(records_list: Sequence[Records], norm: str | None) -> str:
-    """The x axis's label: ``ℓ∞ radius`` for a chosen norm, ``radius (patch side, pixels)``
-    when every file's certifier gives its radius that unit, :func:`_radius_norm`'s when none
-    gives one (files of both: a plain label; their table's ``radius in`` column tells)."""
-    from .norms import NORM_LABELS, certifier_unit
+def _radius_axis(records_list: Sequence[Records], norm: str | None,
+                 envelope: bool = False) -> str:
+    """The x axis's label: ``L∞ radius`` for a chosen norm or files of ℓ∞ noise (``L2``,
+    ``L1``: of theirs), ``radius (patch side, pixels)`` when the files' certifier gives its
+    radius that unit, ``radius`` for a noise this smoothcert does not know; files of several
+    norms are refused in one line (:func:`~.norms.radius_units`), a certifier's unit beside
+    another is said: ``radius (units differ by file)`` (the table's ``radius in`` tells), but
+    refused for an ``envelope`` (the best file at each radius needs one unit)."""
+    from .norms import radius_units
 
-    if norm is not None:
-        return f"{NORM_LABELS[norm]} radius"
-    units = {certifier_unit(r) for r in records_list}
-    if units == {None}:
-        return f"{_radius_norm(records_list)} radius"
-    return f"radius ({units.pop()})" if len(units) == 1 else "radius (units differ by file)"
+    if envelope:
+        _radius_norm(records_list, norm, "--envelope")
+    if len(radius_units(records_list, norm)) > 1:
+        return "radius (units differ by file)"
+    return _radius_text(_radius_norm(records_list, norm))
 
 
-def _radius_norm(records_list: Sequence[Records]) -> str:
-    """``L1`` if every file's manifest says uniform noise (its certificate's norm), else ``L2``."""
-    from ..noise.base import NOISES
+def _radius_text(unit: str | None) -> str:
+    """``L2 radius``, ``radius (patch side, pixels)``, or ``radius`` (None: unknown)."""
+    if unit in AXIS_NORMS.values():
+        return f"{unit} radius"
+    return "radius" if unit is None else f"radius ({unit})"
 
-    norms = {NOISES[(r.manifest or {}).get("identity", {}).get("noise", "gaussian")].norm
-             for r in records_list}
-    return norms.pop().upper() if len(norms) == 1 else "L2"
+
+AXIS_NORMS = {"l1": "L1", "l2": "L2", "linf": "L∞"}
+"""How the plots' axes write each norm (as the papers' figures do: "L2 radius")."""
+
+
+def _radius_norm(records_list: Sequence[Records], norm: str | None = None,
+                 flag: str = "--plot") -> str | None:
+    """What the files' radii are read in, as an axis writes it: ``norm``'s (``L∞``), else the
+    norm of the files' noise (``L1`` for uniform noise; Cohen et al.'s files: ``L2``), else
+    their certifier's unit; None for a noise this smoothcert does not know. Files of several
+    units are refused in one line naming ``flag`` (:func:`~.norms.one_unit`)."""
+    from .norms import one_unit
+
+    unit = one_unit(records_list, norm, flag)
+    return AXIS_NORMS.get(unit, unit)
 
 
 def plot_pa_ecdf(records_list: Sequence[Records], path) -> Path:
@@ -304,12 +323,13 @@ def _clip_steps(radii: np.ndarray, acc: np.ndarray, max_radius: float):
     return np.append(radii[keep], max_radius), np.append(acc[keep], end_value)
 
 
-def plot_cost_frontier(records_list: Sequence[Records], path, radius: float) -> Path:
+def plot_cost_frontier(records_list: Sequence[Records], path, radius: float, *,
+                       norm: str | None = None) -> Path:
     """Write :func:`cost_figure` to ``path``, atomically, as :func:`plot_certified_accuracy`."""
-    return _save_atomic(cost_figure(records_list, radius), Path(path))
+    return _save_atomic(cost_figure(records_list, radius, norm=norm), Path(path))
 
 
-def cost_figure(records_list: Sequence[Records], radius: float):
+def cost_figure(records_list: Sequence[Records], radius: float, *, norm: str | None = None):
     """Certified accuracy (in %) at ``radius`` against forward passes per example
     (:func:`~smoothcert.evaluation.metrics.forward_passes`: an ensemble's count its members';
     log scale), one labelled point per file (files at the same point share it and its label);
@@ -319,10 +339,12 @@ def cost_figure(records_list: Sequence[Records], radius: float):
 
     Layout: the labels sit beside their points, each at the first of a few offsets where it
     stays inside the axes and clear of the other labels and points (:func:`_place_labels`);
-    the legend sits below the axes, never over a point."""
+    the legend sits below the axes, never over a point. ``radius`` is in ``norm``, or the
+    files' one norm, as :func:`certified_accuracy_figure`'s axis; the y axis says which."""
     points = _cost_points(records_list, radius)
+    where = _radius_text(_radius_norm(records_list, norm, "--plot-cost"))  # one unit
     fig, ax = _figure("forward passes per example (log scale)",
-                      f"certified accuracy at r = {radius:g} (%)")
+                      f"certified accuracy at {where} {radius:g} (%)")
     fig.set_size_inches(6.4, 4.4)
     groups: dict = {}  # (x, y) -> the names of the files there
     for x, y, name in points:

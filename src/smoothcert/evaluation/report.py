@@ -44,7 +44,7 @@ from .metrics import (
     summarize,
     summarize_attack,
 )
-from .norms import certifier_unit, check_norm, in_norms, radius_unit
+from .norms import NORM_LABELS, check_norm, in_norms, one_unit, radius_unit, radius_units
 from .tables import Table, get_format
 
 log = logging.getLogger(__name__)
@@ -84,9 +84,7 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
     if _attack_files(records):
         refuse(certify_only, "attack")
         return formatter(_attack_report(records, radii, plot))
-    if envelope:
-        _check_one_dataset(records, "--envelope")
-        _check_same_examples(records)
+    _check_comparable(records, norm, envelope)
     summaries = [summarize(r, radii) for r in records]
     table = certification_table(summaries, radii)
     if cost:
@@ -97,17 +95,28 @@ def report(paths: Iterable, radii, fmt: str = "md", plot=None, *, envelope: bool
     if plot_cost is not None:
         from .plots import plot_cost_frontier
 
-        plot_cost_frontier(records, plot_cost, cost_radius)
+        plot_cost_frontier(records, plot_cost, cost_radius, norm=norm)
     _figures(records, plot, envelope, ecdf, sigma_hist, norm)
     return formatter(with_datasets(with_units(table, records, norm), records))
+
+
+def _check_comparable(records: Sequence, norm: str | None, envelope: bool) -> None:
+    """Before any figure: the files' radii are in one norm (:func:`~.norms.radius_units`);
+    with the envelope, in one unit, of one dataset split and the same examples."""
+    radius_units(records, norm)
+    if envelope:
+        one_unit(records, norm, "--envelope")
+        _check_one_dataset(records, "--envelope")
+        _check_same_examples(records)
 
 
 def refuse(flags: dict, files: str) -> None:
     """One line naming the ``flags`` given (not None or False) that ``files`` records lack."""
     given = [flag for flag, value in flags.items() if value not in (None, False)]
     if given:
-        raise SmoothcertError(f"{', '.join(given)} need CERTIFY record files, not {files} "
-                              f"records")
+        flags_text = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"
+        raise SmoothcertError(f"{flags_text} {'needs' if len(given) == 1 else 'need'} CERTIFY "
+                              f"record files, not {files} records")
 
 
 def _read(paths, norm: str | None, common: bool) -> list:
@@ -237,24 +246,36 @@ UNIT_COLUMN = ("radius_in", "radius in", "text")
 
 def with_units(table: Table, records: Sequence, norm: str | None) -> Table:
     """``table`` (one row per file of ``records``, then any envelope row) with
-    :data:`UNIT_COLUMN` after ``name`` when a norm is chosen or a file's certifier gives its
-    radius a unit of its own (:func:`~.norms.radius_unit`); ``table`` itself otherwise, so a
-    report of files in their noises' norms reads as it did before radii in every norm."""
-    if norm is None and all(certifier_unit(r) is None for r in records):
+    :data:`UNIT_COLUMN` after ``name`` when a norm is chosen or some radius is in another unit
+    than ℓ2 (:func:`~.norms.radius_units`: a noise's ℓ1 or ℓ∞, a certifier's own unit; a file
+    without a radius says the others' unit); ``table`` itself for ℓ2 files, so Cohen et al.'s
+    tables read as they did."""
+    units = radius_units(records, norm)
+    if norm is None and set(units) <= {"l2"}:
         return table
-    units = [radius_unit(r, norm) for r in records]
-    shared = units[0] if len(set(units)) == 1 else None  # the envelope row's
-    units += [shared] * (len(table.rows) - len(units))
-    return _inserted(table, UNIT_COLUMN, units)
+    only = next(iter(units)) if len(units) == 1 else None
+    shared = NORM_LABELS.get(only, only)
+    values = [shared if shared is not None and "radius" not in r else radius_unit(r, norm)
+              for r in records]
+    values += [shared] * (len(table.rows) - len(values))  # the envelope row's
+    return _inserted(table, UNIT_COLUMN, values)
 
 
-def _inserted(table: Table, column: tuple, values: Sequence) -> Table:
-    """``table`` with ``column`` ((key, header, style)) after its first, holding ``values``."""
-    key, header, style = column
-    return Table(keys=(table.keys[0], key, *table.keys[1:]),
-                 headers=(table.headers[0], header, *table.headers[1:]),
-                 styles=(table.styles[0], style, *table.styles[1:]),
-                 rows=tuple((row[0], v, *row[1:]) for row, v in zip(table.rows, values)))
+def _unit_shown(norm: str | None, unit: str | None) -> bool:
+    """Whether a table says its radii's unit: for a chosen norm, or any but ℓ2 (the default
+    of every table before radii in every norm; None: no file has a radius)."""
+    return norm is not None or unit not in (None, "l2")
+
+
+def _inserted(table: Table, column: tuple, values: Sequence, at: int = 1) -> Table:
+    """``table`` with ``column`` ((key, header, style)) at position ``at`` (after its first),
+    holding ``values``."""
+    def put(cells, value):
+        return (*cells[:at], value, *cells[at:])
+
+    return Table(*(put(cells, value) for cells, value in
+                   zip((table.keys, table.headers, table.styles), column)),
+                 rows=tuple(put(row, v) for row, v in zip(table.rows, values)))
 
 
 DATASET_COLUMN = ("dataset", "dataset", "text")
@@ -288,8 +309,9 @@ def agreement_report(paths: Iterable, radii, fmt: str = "md", *, common: bool = 
     agree, ACR(second) − ACR(first) with its paired standard error, then per radius ``a/b``:
     the examples only the first certifies there / only the second (see
     :class:`~smoothcert.evaluation.metrics.Agreement`). ``common``: each pair is compared on the
-    examples
-    both files hold. ``norm``: each file's radius in that norm, as :func:`report`'s.
+    examples both files hold. ``norm``: each file's radius in that norm, as :func:`report`'s;
+    the files' radii must be in one unit (:func:`~.norms.one_unit`), said in the column
+    :data:`UNIT_COLUMN` after ``second`` as :func:`with_units` says it.
     """
     formatter = get_format(fmt)
     check_norm(norm)
@@ -298,6 +320,7 @@ def agreement_report(paths: Iterable, radii, fmt: str = "md", *, common: bool = 
     if len(paths) % 2:
         raise SmoothcertError(f"--agreement compares files in pairs; got {len(paths)} files")
     records = in_norms(_labelled_records(paths), norm)
+    unit = one_unit(records, norm, "--agreement")  # an ℓ1 minus an ℓ2 radius means nothing
     pairs = list(zip(records[::2], records[1::2]))
     for pair in pairs:
         _check_one_dataset(pair, "--agreement")
@@ -305,7 +328,10 @@ def agreement_report(paths: Iterable, radii, fmt: str = "md", *, common: bool = 
         pairs = [common_examples(pair) for pair in pairs]
     for a, b in pairs:
         _check_same_idx(a, b)
-    return formatter(agreement_table([certified_agreement(a, b, radii) for a, b in pairs]))
+    table = agreement_table([certified_agreement(a, b, radii) for a, b in pairs])
+    if _unit_shown(norm, unit):
+        table = _inserted(table, UNIT_COLUMN, [NORM_LABELS.get(unit, unit)] * len(pairs), at=2)
+    return formatter(table)
 
 
 def _check_same_idx(first, second) -> None:

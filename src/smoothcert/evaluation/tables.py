@@ -151,5 +151,12 @@ _LATEX_SPECIALS = {
 }
 
 
+_LATEX_NORMS = {"ℓ1": r"$\ell_1$", "ℓ2": r"$\ell_2$", "ℓ∞": r"$\ell_\infty$"}
+"""The norms a ``radius in`` cell names, in math mode (pdfLaTeX has no ℓ or ∞ glyph)."""
+
+
 def _latex_escape(text: str) -> str:
-    return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in text)
+    text = "".join(_LATEX_SPECIALS.get(ch, ch) for ch in text)
+    for norm, latex in _LATEX_NORMS.items():
+        text = text.replace(norm, latex)
+    return text

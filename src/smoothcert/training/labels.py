@@ -79,7 +79,8 @@ def check_label_fields(config, method) -> dict:
     if values["label_records"] is None:
         given = [f"--{n.replace('_', '-')}" for n in _FIELDS if values[n] != _UNSET[n]]
         if given:
-            raise SmoothcertError(f"{', '.join(given)} need --label-records (the record file "
+            verb = "needs" if len(given) == 1 else "need"
+            raise SmoothcertError(f"{', '.join(given)} {verb} --label-records (the record file "
                                   "that labels ACES' selection model)")
         return values
     _check_labelled_run(config, method)
@@ -191,7 +192,8 @@ def labelled_split(config, split: str) -> SelectionData | None:
     _warn_one_class(path, labels)
     _warn_other_noise(path, manifest, config)
     kept = data.subset(idx)
-    spec = dataclasses.replace(data.spec, num_classes=len(SELECTION_CLASSES))
+    spec = dataclasses.replace(data.spec, num_classes=len(SELECTION_CLASSES),
+                               class_names=SELECTION_CLASSES)
     return SelectionData(**{f.name: getattr(kept, f.name) for f in dataclasses.fields(kept)}
                          | {"spec": spec, "labels": labels.to(kept.labels.device)})
 
