@@ -1,5 +1,5 @@
 """Every registered noise (``smoothcert.noise.NOISES``): seconds per image of CERTIFY, the noise's
-drawing alone, and the time to build and to read its radius tables, against Gaussian noise.
+drawing alone, and the time to build its radius tables, against Gaussian noise.
 
 For each noise at the same σ, timed in one run on one device and model (``lenet`` at
 Fashion-MNIST's 1×28×28, random weights: the cost of a forward does not depend on them), on
@@ -13,9 +13,8 @@ round, so drift of a shared machine hits all of them alike):
   through: ``sample_`` plus the input, or the discrete Gaussian's exact noisy inputs), as many
   batches as the certification has draws;
 * ``radii``: ``noise.radii`` of 1,000 probabilities at d = 784 in a fresh process state, first
-  with an empty ``SMOOTHCERT_CACHE`` folder (the differential method's tables are built and
-  written: laplace ℓ∞, exp1 ℓ1), then with that folder filled (the tables are read and checked);
-  a noise without a table computes closed forms in both.
+  call (the differential method's tables are built: laplace ℓ∞, exp1 ℓ1), then again (the
+  tables memoized); a noise without a table computes closed forms in both.
 
 "× Gaussian" is the median over rounds of the noise's time over Gaussian's in the same round.
 
@@ -28,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
 from contextlib import contextmanager
 
@@ -61,35 +59,27 @@ def draws(noise, xs: torch.Tensor, args) -> None:
 
 
 @contextmanager
-def cache_folder(path: str, fresh: bool):
-    """``SMOOTHCERT_CACHE`` set to ``path`` inside; with ``fresh``, the tables' per-process
-    memo is empty inside (as in a new process) and restored on leaving."""
-    before, memo = os.environ.get("SMOOTHCERT_CACHE"), dict(tables._MEMO)
-    os.environ["SMOOTHCERT_CACHE"] = path
-    if fresh:
-        tables._MEMO.clear()
+def fresh_tables():
+    """The tables' per-process memo empty inside (as in a new process), restored on leaving."""
+    memo = dict(tables._MEMO)
+    tables._MEMO.clear()
     try:
         yield
     finally:
-        if fresh:
-            tables._MEMO.clear()
-            tables._MEMO.update(memo)
-        if before is None:
-            del os.environ["SMOOTHCERT_CACHE"]
-        else:
-            os.environ["SMOOTHCERT_CACHE"] = before
+        tables._MEMO.clear()
+        tables._MEMO.update(memo)
 
 
 def radii_times(noise) -> tuple[float, float]:
-    """Seconds of ``noise.radii`` at d = 784: with an empty cache folder, then a filled one."""
+    """Seconds of ``noise.radii`` at d = 784: first in a fresh process's state (the tables are
+    built), then again (memoized)."""
     p = np.linspace(0.5, 1.0 - 1e-6, 1000)
     out = []
-    with tempfile.TemporaryDirectory() as folder:
-        for _ in range(2):  # build (and write), then read
-            with cache_folder(folder, fresh=True):
-                start = time.perf_counter()
-                noise.radii(p, DIM)
-                out.append(time.perf_counter() - start)
+    with fresh_tables():
+        for _ in range(2):
+            start = time.perf_counter()
+            noise.radii(p, DIM)
+            out.append(time.perf_counter() - start)
     return out[0], out[1]
 
 
@@ -116,7 +106,7 @@ def measure(args) -> dict:
     xs = (torch.randint(0, 256, (args.images, *SHAPE), generator=g).float() / 255).to(device)
     work = jobs(model, xs, args)
     times = {key: [] for key in work}
-    with tempfile.TemporaryDirectory() as folder, cache_folder(folder, fresh=True):
+    with fresh_tables():
         for key, job in work.items():  # the warm-up puts certify's tables in memory
             if key[1] != "radii":
                 job()
@@ -145,7 +135,7 @@ def per_round(times: dict, args) -> list[str]:
 def table(times: dict, args) -> list[str]:
     draws_per_image = args.n0 + args.n
     rows = ["| noise | norms certified directly | certify s/image | × Gaussian | draws/s "
-            "(perturb_) | × Gaussian (time) | radii, empty cache (ms) | radii, from cache (ms) |",
+            "(perturb_) | × Gaussian (time) | radii, first call (ms) | radii, memoized (ms) |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name in args.noises:
         cert = statistics.median(times[name, "certify"]) / args.images

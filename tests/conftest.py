@@ -118,19 +118,6 @@ def write_checkpoint(path, arch="digits_cnn", num_classes=10, input_shape=(1, 8,
 
 
 @pytest.fixture(scope="session", autouse=True)
-def radius_table_cache(tmp_path_factory):
-    """The ℓp noises' radius tables (``noise/tables.py``) go to a folder of this session, never
-    to the user's ~/.cache; subprocesses (the CLI) inherit it through the environment."""
-    before = os.environ.get("SMOOTHCERT_CACHE")
-    os.environ["SMOOTHCERT_CACHE"] = str(tmp_path_factory.mktemp("radius-tables"))
-    yield
-    if before is None:
-        del os.environ["SMOOTHCERT_CACHE"]
-    else:
-        os.environ["SMOOTHCERT_CACHE"] = before
-
-
-@pytest.fixture(scope="session", autouse=True)
 def one_thread():
     """Every test runs torch on one intra-op thread. The suite's tensors are tiny (8×8 digits,
     models of a few thousand weights), where a second thread costs more in synchronisation than

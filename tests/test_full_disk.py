@@ -192,6 +192,25 @@ def test_a_full_disk_while_certifying_names_the_record_file(tmp_path, capsys, mo
     assert len(read_records(out)) == 3
 
 
+# --------------------------------------------------------------------------- report
+def test_a_page_into_a_full_disk_names_the_page_not_its_temp_file(tmp_path, capsys, monkeypatch):
+    """Before: "No space left on device: .../.r.html.<hex>.tmp", a file the user never named."""
+    records = tmp_path / "c.tsv"  # Cohen et al.'s layout: no manifest needed
+    records.write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n0\t1\t1\t0.5\t1\t1.5\n")
+    real_open = open
+
+    def full_open(file, mode="r", *args, **kwargs):
+        if os.fspath(file).endswith(".tmp"):  # no room for the page's new file
+            raise full(os.fspath(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(io_mod, "open", full_open, raising=False)
+    page = tmp_path / "r.html"
+    assert main(["report", str(records), "--format", "html", "--out", str(page)]) == 2
+    assert ".tmp" not in one_line(capsys, f"{ENOSPC}: {page}; free some space")
+    assert [p.name for p in tmp_path.iterdir()] == ["c.tsv"]
+
+
 # --------------------------------------------------------------------------- the helpers
 def test_a_failed_atomic_write_names_its_file_and_keeps_the_old_one(tmp_path):
     path = tmp_path / "f.bin"

@@ -1,5 +1,6 @@
 """smoothcert.io: atomic writes, hashing, and the TSV layout of the records and the training log."""
 
+import errno
 import hashlib
 import json
 import math
@@ -8,6 +9,7 @@ import os
 import numpy as np
 import pytest
 
+import smoothcert.io as io_mod
 from smoothcert.errors import SmoothcertError
 from smoothcert.io import (
     append_rows,
@@ -16,6 +18,7 @@ from smoothcert.io import (
     format_row,
     format_value,
     read_tsv,
+    replacing_together,
     trim_tsv,
     write_json_atomic,
     write_text_atomic,
@@ -65,6 +68,44 @@ def test_atomic_write_keeps_the_permissions_of_the_file_it_replaces(tmp_path, mo
         os.umask(umask)
     assert path.read_text() == "new\n"
     assert path.stat().st_mode & 0o777 == mode
+
+def test_a_failed_atomic_write_names_the_target_never_its_temp_file(tmp_path, monkeypatch):
+    """Before: the error named ``.f.txt.<hex>.tmp``, a file the user never asked for."""
+    missing = tmp_path / "no" / "f.txt"
+    with pytest.raises(FileNotFoundError) as caught:
+        write_text_atomic(missing, "x")  # the temporary file cannot be created
+    assert (caught.value.filename, caught.value.filename2) == (str(missing), None)
+    path = tmp_path / "f.txt"
+
+    def refuse(src, dst):
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), os.fspath(src), os.fspath(dst))
+
+    monkeypatch.setattr(io_mod.os, "replace", refuse)
+    with pytest.raises(OSError) as caught:
+        write_text_atomic(path, "x")
+    assert (caught.value.filename, caught.value.filename2) == (str(path), None)
+    assert list(tmp_path.iterdir()) == []  # the temporary file is gone
+
+
+def test_replacing_together_is_all_or_nothing(tmp_path):
+    a, folder = tmp_path / "a.tsv", tmp_path / "a.tsv.map"
+    a.write_text("old")
+    folder.mkdir()
+    (folder / "0.png").write_text("old map")
+    with pytest.raises(RuntimeError), replacing_together([a, folder]):
+        assert not a.exists() and not folder.exists()  # each path free for the block
+        a.write_text("new")
+        folder.mkdir()
+        raise RuntimeError("the disk filled up")
+    assert a.read_text() == "old" and (folder / "0.png").read_text() == "old map"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tsv", "a.tsv.map"]
+    with replacing_together([a, folder, tmp_path / "b.json"]):
+        a.write_text("new")
+        folder.mkdir()
+        (tmp_path / "b.json").write_text("{}")
+    assert a.read_text() == "new" and list(folder.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tsv", "a.tsv.map", "b.json"]
+
 
 def test_json_is_indented_with_sorted_keys_and_a_final_newline(tmp_path):
     write_json_atomic(tmp_path / "m.json", {"b": 1, "a": [1.5, None]})

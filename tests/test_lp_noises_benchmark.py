@@ -1,6 +1,5 @@
 """benchmarks/lp_noises.py: a tiny CPU run in process, its cache isolation, its GPU suite part."""
 
-import os
 from pathlib import Path
 
 import pytest
@@ -25,11 +24,9 @@ def test_every_registered_noise_is_benchmarked_by_default(lp):
     assert lp.parse_args(["--noises", "laplace"]).noises == ["gaussian", "laplace"]
 
 
-def test_tiny_run_prints_one_row_per_noise(lp, capsys, monkeypatch, tmp_path):
-    """Gaussian against itself is 1.00; the user's cache folder is untouched
-    (the tables go to a temporary one)."""
-    user = tmp_path / "user-cache"
-    monkeypatch.setenv("SMOOTHCERT_CACHE", str(user))
+def test_tiny_run_prints_one_row_per_noise(lp, capsys):
+    """Gaussian against itself is 1.00; the tables' memo is as it was before the run."""
+    memo = dict(tables._MEMO)
     lp.main(["--device", "cpu", "--noises", "laplace", "pareto", "--images", "1", "--n0",
              "10", "--n", "40", "--batch", "25", "--rounds", "1"])
     text = capsys.readouterr().out
@@ -40,16 +37,17 @@ def test_tiny_run_prints_one_row_per_noise(lp, capsys, monkeypatch, tmp_path):
     assert rows["gaussian"][3] == "1.00" and rows["gaussian"][5] == "1.00"
     assert rows["laplace"][1] == "l1, linf"
     assert "n0 = 10, n = 40, batch 25" in text and "load average" in text
-    assert not user.exists() and os.environ["SMOOTHCERT_CACHE"] == str(user)
+    assert "radii, first call (ms) | radii, memoized (ms) |" in text
+    assert memo == tables._MEMO
 
 
-def test_a_fresh_cache_folder_builds_and_writes_the_table_then_restores(lp, tmp_path):
+def test_fresh_tables_builds_the_table_then_restores_the_memo(lp):
     memo = dict(tables._MEMO)
-    with lp.cache_folder(str(tmp_path), fresh=True):
+    with lp.fresh_tables():
         assert tables._MEMO == {}
         Laplace(0.5).radii(0.9, 784)
-        (written,) = tmp_path.glob("laplace-linf-d784-*.json")
-    assert written.exists() and memo == tables._MEMO
+        assert [k for k in tables._MEMO if '"dim": 784' in k and '"laplace"' in k]
+    assert memo == tables._MEMO
 
 
 def test_gpu_suite_part_runs_the_benchmark(lp, tmp_path):

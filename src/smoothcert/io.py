@@ -2,7 +2,7 @@
 
 * **Atomic writes** (:func:`atomic_write`): a file is written to a temporary file beside it,
   fsynced and renamed over the old one, so a reader or a crash sees the old file or the new one,
-  never a mix.
+  never a mix; several files and folders replaced all or none (:func:`replacing_together`).
 * **Hashing** (:func:`file_sha256`): the fingerprint of a checkpoint in a run's identity and in an
   imported checkpoint's provenance.
 * **TSV** files (record files and ``log.tsv``): a header line, then one row per line, cells
@@ -24,6 +24,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import stat
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -43,8 +44,10 @@ def atomic_write(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
     It writes ``.NAME.<random>.tmp`` in ``path``'s folder (text as UTF-8, or bytes); at the end
     of the block the file is flushed, fsynced and renamed over ``path`` (``os.replace``), and the
     folder is fsynced so that the rename survives a crash. If the block raises, the temporary
-    file is removed and ``path`` is left as it was; an ``OSError`` that names no file (a write
-    into a full disk) is given ``path`` as its ``filename``. A new file gets the permissions of
+    file is removed and ``path`` is left as it was; an ``OSError`` names ``path`` (its
+    ``filename``, no ``filename2``), never the temporary file, which the user never asked for
+    and which is gone: a write into a full disk names no file, and creating or renaming the
+    temporary file names that file. A new file gets the permissions of
     a plain ``open`` (0o666 less the umask); a file replaced keeps its own permission bits (a
     shared document at 0o664 stays 0o664, a private one at 0o600 stays private). The folder
     must exist.
@@ -60,16 +63,20 @@ def atomic_write(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
-        _name_file(e, path)
+        _name_file(e, path, tmp)
         raise
     fsync_dir(path.parent)
 
 
-def _name_file(e: BaseException, path) -> None:
+def _name_file(e: BaseException, path, tmp=None) -> None:
     """Give an ``OSError`` of a write that names no file (``write``, ``flush`` and ``fsync``
-    errors do not) the path being written, so that its one-line message can say which file."""
-    if isinstance(e, OSError) and e.errno is not None and e.filename is None:
-        e.filename = os.fspath(path)
+    errors do not), or names only the temporary file ``tmp`` written for ``path`` (``open``,
+    ``os.replace``), the path being written, so that its one-line message says which file."""
+    if not isinstance(e, OSError) or e.errno is None:
+        return
+    temporary = {None, os.fspath(tmp)} if tmp is not None else {None}
+    if e.filename in temporary and getattr(e, "filename2", None) in (None, os.fspath(path)):
+        e.filename, e.filename2 = os.fspath(path), None
 
 
 def _keep_mode(path: Path, fd: int) -> None:
@@ -80,6 +87,45 @@ def _keep_mode(path: Path, fd: int) -> None:
         return  # a new file: open() applied the umask
     if hasattr(os, "fchmod"):  # not on Windows, whose files have no such bits
         os.fchmod(fd, stat.S_IMODE(mode))
+
+
+@contextlib.contextmanager
+def replacing_together(paths: Iterable) -> Iterator[None]:
+    """Replace the files and folders at ``paths`` all together or not at all: the block writes
+    them (each path is free when it starts); if it raises, what it wrote there is removed and
+    each path holds what it held before (or nothing, as before); else what was there before is
+    removed.
+
+    What is there before the block is renamed aside, beside itself (``.NAME.<random>.old``: a
+    rename needs no disk space, so a full disk cannot stop the way back), and removed once the
+    block has ended; a crash in the block leaves it under that name.
+    """
+    free, aside = [], {}
+    try:
+        for path in map(Path, paths):
+            if os.path.lexists(path):
+                old = path.with_name(f".{path.name}.{uuid.uuid4().hex}.old")
+                os.replace(path, old)
+                aside[path] = old
+            free.append(path)
+        yield
+    except BaseException:
+        for path in free:
+            remove_path(path)
+        for path, old in aside.items():
+            os.replace(old, path)
+        raise
+    for old in aside.values():
+        remove_path(old)
+
+
+def remove_path(path: str | os.PathLike) -> None:
+    """Remove the file, link or folder (with what it holds) at ``path``, if any."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

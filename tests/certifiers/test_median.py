@@ -21,6 +21,7 @@ from smoothcert.errors import SmoothcertError
 from smoothcert.registry import parse_options
 from smoothcert.runs import certify_dataset
 from smoothcert.runs.records import merge_records, read_records, shard_path
+from smoothcert.runs.rows import python_row
 from smoothcert.stats.median import order_indices
 
 pytestmark = pytest.mark.filterwarnings(
@@ -136,8 +137,8 @@ def test_shards_merge_to_the_whole_run(tmp_path):
     out = tmp_path / "s.tsv"
     for k in range(2):
         run(out, shard=(k, 2))
-    merged = read_records(merge_records([shard_path(out, k, 2) for k in range(2)],
-                                        tmp_path / "m.tsv")).rows()
+    merged = [python_row(r) for r in read_records(merge_records(
+        [shard_path(out, k, 2) for k in range(2)], tmp_path / "m.tsv")).rows()]
     assert without_time(merged) == without_time(whole)
 
 

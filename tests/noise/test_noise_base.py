@@ -4,7 +4,9 @@ without one is refused in training and certification (Python: SmoothcertError; C
 one line), where before it was silently optimized with the Gaussian formula, while ``certify``
 runs with it and its own radius."""
 
+import functools
 import math
+import re
 import time
 
 import numpy as np
@@ -85,6 +87,86 @@ def test_numpy_scalars_are_numbers_and_bools_are_not(name):
     assert NOISES[name](np.int64(1)).sigma == 1.0
     with pytest.raises(SmoothcertError, match="σ must be a number or a tensor, got bool"):
         NOISES[name](True)
+
+
+# --------------------------------------------------------------------------- checked arguments
+BAD_P = [1.5, -0.1, float("nan"), np.array([0.9, 1.2]), [0.9, float("nan")], True, "0.9",
+         None, {"p": 0.9}]
+
+
+@pytest.mark.parametrize("p", BAD_P)
+@pytest.mark.parametrize("name", noise_examples())
+def test_every_radius_refuses_a_p_outside_the_unit_interval(name, p):
+    """Issue 45: ``Exp1(0.25).radius(1.5, dim=64)`` was 597880.5 and ``radius(nan)`` 0.0
+    (Laplace, Exp2: nan); every noise's radius, direct radius and radii now refuse a p that
+    is not a probability (arrays too), in one line naming the noise."""
+    noise, dim = NOISES[name](0.25), 16
+    calls = [functools.partial(noise.radius, p, dim), functools.partial(noise.radii, p, dim),
+             functools.partial(noise.radius, p=p, dim=dim),
+             *(functools.partial(noise.direct_radius, lp, p, dim)
+               for lp in noise.certified_norms())]
+    for call in calls:
+        with pytest.raises(SmoothcertError, match=rf"^noise '{re.escape(name)}': a radius "
+                                                  r"takes (a )?probabilit") as error:
+            call()
+        assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("name", noise_examples())
+def test_every_radius_takes_any_p_in_the_unit_interval_as_float64(name):
+    """A float32, a list, a tensor: the radius of their float64 values; ½ gives radius 0 (at
+    most), 1 the largest (inf where the noise's density is positive everywhere)."""
+    noise, dim, at = NOISES[name](0.25), 16, np.array([0.6, 0.9])
+    assert noise.radius(np.float32(0.75), dim) == noise.radius(float(np.float32(0.75)), dim)
+    np.testing.assert_array_equal(noise.radius(at.tolist(), dim), noise.radius(at, dim))
+    assert noise.radius(torch.tensor(at), dim).tolist() == noise.radius(at, dim).tolist()
+    assert noise.radius(0.5, dim) <= 1e-12 and noise.radius(1, dim) >= noise.radius(0.9, dim)
+
+
+@pytest.mark.parametrize("name", noise_examples())
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.uint8])
+def test_every_draw_refuses_a_tensor_that_is_not_floating_point(name, dtype):
+    """Issue 45: ``.sample()`` of an int64 or bool tensor raised torch's own errors (each noise
+    another one); every draw method now refuses it in one line, and a generator that is not
+    one."""
+    noise, g = NOISES[name](0.25), torch.Generator().manual_seed(0)
+    bad, good = torch.zeros(2, 1, 2, 2, dtype=dtype), torch.zeros(2, 1, 2, 2)
+    said = rf"^noise '{re.escape(name)}' draws on floating-point tensors, got a {dtype}"
+    for call in (lambda: noise.sample(bad, g), lambda: noise.sample_(bad, g),
+                 lambda: noise.perturb(bad, g), lambda: noise.perturb_(good, bad, g),
+                 lambda: noise.perturb_(bad, good, g), lambda: noise.sample(like=bad)):
+        with pytest.raises(SmoothcertError, match=said):
+            call()
+    with pytest.raises(SmoothcertError, match="draws on floating-point tensors, got list"):
+        noise.sample([[0.0, 0.0]], g)
+    with pytest.raises(SmoothcertError, match="draws from a torch.Generator .or None., got int"):
+        noise.sample(good, 0)
+    assert noise.sample(good.double(), g).dtype == torch.float64  # floats of any width draw
+
+
+def test_a_plug_in_noise_gets_the_checks_of_the_base_class():
+    """The checks sit in the base class (``Noise.__init_subclass__``): a noise defined
+    elsewhere, with its own radius and sampler, gets them without a line of its own."""
+
+    class Halved(Noise):
+        norm = "l2"
+
+        def sample(self, like, generator=None):
+            return torch.zeros_like(like)
+
+        def sample_(self, out, generator=None):
+            return out.zero_()
+
+        def radius(self, p, dim=None):
+            return 0.5 * p
+
+    noise = Halved(1.0)
+    assert noise.radius(0.9) == 0.45 and noise.radius([0.8])[0] == 0.4
+    with pytest.raises(SmoothcertError, match=r"^noise 'Halved': a radius takes probabilities p in "
+                                              r"\[0, 1\], got 2.0"):
+        noise.radius(2.0)
+    with pytest.raises(SmoothcertError, match="noise 'Halved' draws on floating-point"):
+        noise.perturb(torch.zeros(1, 2, dtype=torch.int32))
 
 
 def test_public_names_and_the_capability_lists():

@@ -1,19 +1,22 @@
 """The differential method's radius tables (``noise/tables.py``): lower bounds of the exact
-integral, computed once and cached as readable JSON, and recomputed when the cache is unsafe."""
+integral, built in each process that uses them and never read from a file."""
 
 import functools
+import hashlib
 import json
 import math
-import os
 
 import numpy as np
 import pytest
+import torch
 from scipy import integrate
 from scipy.stats import binom
 
 from smoothcert.noise import NOISES, tables
 from smoothcert.noise.exp1 import phi_l1
 from smoothcert.noise.laplace import phi_linf
+from smoothcert.runs import certify_dataset
+from smoothcert.runs.records import read_records
 from smoothcert.version import __version__
 
 P = np.array([0.5, 0.5001, 0.55, 0.6, 0.75, 0.9, 0.99, 0.999, 0.99999, 0.9999999, 0.99999999])
@@ -72,61 +75,68 @@ def phi(dim=4):
     return functools.partial(phi_linf, dim)
 
 
-def never(q):
-    raise AssertionError("a sound cached table must be read, not recomputed")
-
-
-def test_a_table_is_written_once_as_readable_json_and_then_read(tmp_path, monkeypatch):
-    monkeypatch.setenv("SMOOTHCERT_CACHE", str(tmp_path / "cache"))
-    built = tables.load_or_build(key(), phi())
-    (path,) = (tmp_path / "cache").iterdir()
-    stored = json.loads(path.read_text())
-    assert path.name.startswith("laplace-linf-d4-") and path.suffix == ".json"
-    assert {stored[f] for f in ("method", "noise", "norm", "dim", "version")} == \
-        {"differential", "laplace", "linf", 4, __version__}
-    assert stored["grid"] == tables.GRID and len(stored["rho"]) == 4401
-    assert not [f for f in os.listdir(tmp_path / "cache") if f.endswith(".tmp")]
-    again = tables.load_or_build(key(), never)
-    assert np.array_equal(again.radius, built.radius) and np.array_equal(again.rho, built.rho)
-
-
-@pytest.mark.parametrize("spoil", ["truncated", "other_dim", "inflated", "not_json", "shape"])
-def test_an_unsafe_cache_file_is_recomputed_not_trusted(spoil, tmp_path, monkeypatch):
-    monkeypatch.setenv("SMOOTHCERT_CACHE", str(tmp_path))
-    good = tables.load_or_build(key(), phi())
-    path = tables.table_path(key())
-    stored = json.loads(path.read_text())
-    if spoil == "truncated":
-        path.write_text(path.read_text()[:1000])
-    elif spoil == "other_dim":  # a table of d = 5 under d = 4's name
-        path.write_text(json.dumps({**stored, "dim": 5}))
-    elif spoil == "inflated":  # radii doubled: would certify too much; the digest catches it
-        path.write_text(json.dumps({**stored, "radius": [2 * r for r in stored["radius"]]}))
-    elif spoil == "not_json":
-        path.write_bytes(b"\x00\xff" * 10)
-    else:  # a consistent digest over numbers that are not a table
-        numbers = {"rho": [0.5], "radius": [0.0], "slope": [1.0]}
-        path.write_text(json.dumps({**stored, **numbers, "sha256": tables._digest(numbers)}))
-    with pytest.raises(AssertionError, match="must be read"):
-        tables.load_or_build(key(), never)  # not trusted: recomputation is attempted
-    table = tables.load_or_build(key(), phi())
-    assert np.array_equal(table.radius, good.radius)
-    assert json.loads(path.read_text())["sha256"] == stored["sha256"]  # repaired on disk
-
-
-def test_an_unwritable_cache_folder_keeps_the_table_in_memory(tmp_path, monkeypatch):
-    blocker = tmp_path / "file"
-    blocker.write_text("not a folder")
-    monkeypatch.setenv("SMOOTHCERT_CACHE", str(blocker / "cache"))
-    table = tables.load_or_build(key(), phi())
-    assert float(table.lookup(0.9)) > 0 and blocker.read_text() == "not a folder"
-
-
-def test_the_noise_radius_uses_the_cache_folder(tmp_path, monkeypatch):
+def test_a_planted_cache_file_is_never_read(tmp_path, monkeypatch):
+    """The attack of issue 45: a laplace ℓ∞ table with radius and slope ×10 and its own sha256
+    recomputed, where smoothcert read its cache before Step 21 ($SMOOTHCERT_CACHE, this file name).
+    The radius must be the one built in process, and nothing is written there either."""
     monkeypatch.setenv("SMOOTHCERT_CACHE", str(tmp_path))
     monkeypatch.setattr(tables, "_MEMO", {})
+    honest = tables.differential_table(phi(3))
+    numbers = {"rho": honest.rho.tolist(), "radius": (10 * honest.radius).tolist(),
+               "slope": (10 * honest.slope).tolist()}
+    planted = {**key(3), **numbers, "sha256": tables._digest(numbers)}
+    digest = hashlib.sha256(json.dumps(key(3), sort_keys=True).encode()).hexdigest()[:16]
+    (tmp_path / f"laplace-linf-d3-{digest}.json").write_text(json.dumps(planted))
     r = NOISES["laplace"](0.5).direct_radius("linf", np.array([0.6, 0.9]), 3)
-    assert [p.name.split("-")[:3] for p in tmp_path.iterdir()] == [["laplace", "linf", "d3"]]
+    lam = 0.5 / math.sqrt(2)
+    np.testing.assert_array_equal(r, lam * honest.lookup([0.6, 0.9]))
+    assert [p.name for p in tmp_path.iterdir()] == [f"laplace-linf-d3-{digest}.json"]
+
+
+def test_a_table_is_built_once_per_process(monkeypatch):
+    monkeypatch.setattr(tables, "_MEMO", {})
+    first = tables.cached_table(key(), phi())
+    again = tables.cached_table(key(), lambda q: pytest.fail("memoized: not rebuilt"))
+    assert again is first and len(first.rho) == 4401
+
+
+def test_recording_names_each_table_looked_up_by_key_and_digest(monkeypatch):
+    monkeypatch.setattr(tables, "_MEMO", {})
+    with tables.recording() as found:
+        NOISES["gaussian"](0.5).radii(0.9, 3)  # closed form: no table
+        NOISES["laplace"](0.5).radii(np.array([0.6, 0.9]), 3)
+        NOISES["laplace"](0.5).radii(0.7, 3)  # the same table again: named once
+    assert [(t["noise"], t["norm"], t["dim"]) for t in found] == [("laplace", "linf", 3)]
+    table = tables.differential_table(phi(3))
+    numbers = {n: getattr(table, n).tolist() for n in ("rho", "radius", "slope")}
+    assert found[0]["sha256"] == tables._digest(numbers) == table.sha256
+    assert found[0]["grid"] == tables.GRID and found[0]["version"] == __version__
+    with tables.recording() as outside:
+        pass
+    assert outside == []  # a recording sees only its own lookups
+
+
+def test_the_noise_radius_is_a_tight_lower_bound_in_process(monkeypatch):
+    monkeypatch.setattr(tables, "_MEMO", {})
+    r = NOISES["laplace"](0.5).direct_radius("linf", np.array([0.6, 0.9]), 3)
     lam = 0.5 / math.sqrt(2)
     exact = [lam * exact_laplace_linf(3, p) for p in (0.6, 0.9)]
     assert np.all(r <= exact) and np.allclose(r, exact, rtol=2e-4)
+
+
+@pytest.mark.parametrize("noise, named", [("laplace", [("laplace", "linf", 64)]),
+                                          ("exp1", [("exp1", "l1", 64)]), ("gaussian", [])])
+def test_a_run_s_manifest_names_the_tables_behind_its_radii(tmp_path, noise, named):
+    """The manifest of a certification names each table its radii came from, by key and
+    SHA-256 (the digest of the table this process builds); closed forms name none."""
+    data = torch.utils.data.TensorDataset(torch.full((2, 1, 8, 8), 0.5),
+                                          torch.zeros(2, dtype=torch.long))
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 3))
+    out = tmp_path / "r.tsv"
+    certify_dataset(model, data, sigma=0.5, noise=noise, n0=10, n=20, batch=20, num_classes=3,
+                    out=out)
+    tables_named = read_records(out).manifest.get("radius_tables", [])
+    assert [(t["noise"], t["norm"], t["dim"]) for t in tables_named] == named
+    for t in tables_named:
+        key = {k: v for k, v in t.items() if k != "sha256"}
+        assert t["sha256"] == tables._MEMO[json.dumps(key, sort_keys=True)].sha256

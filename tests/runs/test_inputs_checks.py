@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -185,3 +186,39 @@ def test_certify_on_a_folder_without_a_checkpoint_says_what_it_holds(tmp_path, c
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "checkpoint.pt" in err and "log.tsv" in err
     assert not (tmp_path / "r.tsv").exists()
+
+
+class Boxes(nn.Module):
+    """A regression model of 4 outputs (what ``lenet_box`` is)."""
+
+    task, num_classes = "regression", 4
+
+    def forward(self, x):
+        return x.flatten(1)[:, :4]
+
+
+class TenClasses(torch.utils.data.TensorDataset):
+    num_classes = 10
+
+
+def test_a_model_of_another_task_is_told_so_before_its_classes(tmp_path):
+    """A box model on a 10-class dataset: the mismatch is the task (it said "num_classes
+    mismatch: the model has 4 classes"), and the run's small n says no note before it."""
+    data = TenClasses(torch.rand(2, 1, 4, 4), torch.zeros(2, dtype=torch.long))
+    with pytest.raises(SmoothcertError, match="is a regression model but dataset .* is for "
+                                              "classification"):
+        certify_dataset(Boxes(), data, certifier="median", sigma=0.25, n=10,
+                        out=tmp_path / "r.tsv")
+    assert not list(tmp_path.iterdir())
+
+
+def test_changed_classes_are_said_in_the_dataset_s_words():
+    """Not "class folders" (a segfolder has none): the dataset's classes."""
+    from smoothcert.runs.inputs import check_compatible
+
+    source = ModelSource(model=nn.Identity(), meta={"classes": ["a", "b"]}, num_classes=2,
+                         sha256="0" * 64, label="m.pt", device=torch.device("cpu"))
+    data = SimpleNamespace(num_classes=2, classes=["a", "c"], input_shape=None, name="segfolder")
+    with pytest.raises(SmoothcertError, match=r"differ from the 2 classes of 'segfolder' "
+                                              r"\(names only in one: b, c\)"):
+        check_compatible(source, data)

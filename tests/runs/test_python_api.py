@@ -16,11 +16,12 @@ import json
 import re
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
 from conftest import Halfspace
-from smoothcert import Smoothed, certify_dataset
+from smoothcert import SmoothcertError, Smoothed, certify_dataset
 
 SHAPE = (1, 2, 2)
 
@@ -81,3 +82,109 @@ def test_rows_are_json_ready_python_scalars_with_and_without_a_file(tmp_path, ce
         [{k: type(v) for k, v in r.items()} for r in filed]
     assert [{k: v for k, v in r.items() if k != "time"} for r in kept] == \
         [{k: v for k, v in r.items() if k != "time"} for r in filed]
+
+
+# --------------------------------------------------------------------------- issue 45
+class Bands(torch.nn.Module):
+    """A 1×1 convolution with 3 classes by pixel value (below 1/3, up to 2/3, above): a
+    segmentation model whose pixels read their own value."""
+
+    task, num_classes = "segmentation", 3
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 3, 1)
+        with torch.no_grad():
+            self.conv.weight.copy_(torch.tensor([0.0, 6.0, 12.0]).view(3, 1, 1, 1))
+            self.conv.bias.copy_(torch.tensor([0.0, -2.0, -6.0]))
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+class Masks(torch.utils.data.TensorDataset):
+    task, ignore_index = "segmentation", 255
+
+
+def masks():
+    values = torch.tensor([[0.0, 0.05, 0.5, 0.95], [1.0, 0.1, 0.9, 0.5]]).view(2, 1, 1, 4)
+    labels = torch.tensor([[0, 0, 1, 2], [2, 1, 255, 1]]).view(2, 1, 4)
+    return Masks(values, labels)
+
+
+def test_segmentation_rows_hold_per_class_counts_as_lists_of_ints(tmp_path):
+    """A Python caller reads a segmentation's per-class ``tp``, ``fp``, ``fn`` as lists of ints
+    (they were the record cells' text "2,1,0"), with a file and without, while the file keeps
+    its cells."""
+    run = dict(certifier="segment", sigma=0.1, n0=20, n=300, alpha=0.001, num_classes=3,
+               options={"tau": 0.75})
+    kept = certify_dataset(Bands(), masks(), **run)
+    filed = certify_dataset(Bands(), masks(), **run, out=tmp_path / "seg.tsv")
+    for rows in (kept, filed):
+        for row in rows:
+            for column in ("tp", "fp", "fn"):
+                assert type(row[column]) is list and len(row[column]) == 3, row[column]
+                assert all(type(v) is int and v >= 0 for v in row[column]), row[column]
+            assert sum(row["tp"]) == row["certified_correct"]
+        json.dumps([{k: v for k, v in r.items() if k != "artifacts"} for r in rows])
+    assert [[r[c] for c in ("tp", "fp", "fn")] for r in kept] == \
+        [[r[c] for c in ("tp", "fp", "fn")] for r in filed]
+    header, *lines = (tmp_path / "seg.tsv").read_text().splitlines()
+    cells = dict(zip(header.split("\t"), lines[0].split("\t")))
+    assert cells["tp"] == ",".join(map(str, filed[0]["tp"]))  # the file: "a,b,c"
+
+
+def test_median_rows_hold_their_intervals_as_lists(tmp_path):
+    """Every vector column reads the same way: median smoothing's radii, outputs and
+    intervals (one row per radius, ±inf where no order statistic bounds a side)."""
+    from smoothcert.certifiers.columns import parse_vector
+
+    class Sums(torch.nn.Module):
+        task = "regression"
+
+        def forward(self, x):
+            return torch.stack([x.flatten(1).sum(1), -x.flatten(1).sum(1)], dim=1)
+
+    data = torch.utils.data.TensorDataset(torch.full((1, *SHAPE), 0.25),
+                                          torch.tensor([[1.0, -1.0]]))
+    data.task = "regression"
+    row, = certify_dataset(Sums(), data, certifier="median", sigma=0.25, n=200, alpha=0.01,
+                           num_classes=2, options={"eps": "0.1,4"}, out=tmp_path / "m.tsv")
+    assert row["eps"] == [0.1, 4.0] and row["target"] == [1.0, -1.0]
+    assert [len(r) for r in row["lower"]] == [2, 2] and row["lower"][1] == [-np.inf] * 2
+    assert all(type(v) is float for v in row["median"])
+    np.testing.assert_array_equal(parse_vector(row["upper"]), np.array(row["upper"]))
+
+
+@pytest.mark.parametrize("given, said", [
+    (dict(models="core"), r"^models must be a dict of role -> model, e\.g\. \{'core': model\} "
+                          r"for certifier 'aces'; got str 'core'$"),
+    (dict(models=["core"]), "models must be a dict of role -> model"),
+    (dict(options=["th=0.5"]), r"^options must be a dict of name -> value of the certifier's "
+                               r"options, e\.g\. \{'th': 0\.5\} for 'dsrs'; got list"),
+    (dict(options="th=0.5"), "options must be a dict"),
+    (dict(options={3: 0.5}), "options must be a dict .*; its key 3 is not a name"),
+    (dict(engine=["compile"]), "engine must be a dict of setting -> value"),
+    (dict(tune=3), "tune must be a smoothcert.smoothing.probe.Tuning"),
+    (dict(device="gpu"), "device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, got 'gpu'"),
+    (dict(device=[0]), "device must be 'cpu', 'cuda'"),
+    (dict(indices=3), "indices must be a non-empty list of integers >= 0"),
+])
+def test_certify_dataset_refuses_arguments_of_the_wrong_type_in_one_line(given, said,
+                                                                         tmp_path):
+    """Issue 45: ``models='core'`` and ``options=['th=0.5']`` were dict()'s ValueError
+    ("dictionary update sequence element #0 has length 6"), ``tune=3`` an AttributeError,
+    ``device='gpu'`` torch's RuntimeError, ``indices=3`` a TypeError; nothing is written."""
+    out = tmp_path / "r.tsv"
+    with pytest.raises(SmoothcertError, match=said) as error:
+        certify_dataset(model(), data(0.0, 0.5), sigma=0.25, n0=10, n=50, num_classes=2,
+                        out=out, **given)
+    assert "\n" not in str(error.value) and not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with CUDA has the device")
+def test_a_cuda_device_on_a_machine_without_cuda_is_one_line():
+    with pytest.raises(SmoothcertError, match="device 'cuda' needs CUDA, which this machine "
+                                              "has not; use device='cpu'"):
+        certify_dataset(model(), data(0.0), sigma=0.25, n0=10, n=50, num_classes=2,
+                        device="cuda")

@@ -72,10 +72,37 @@ def test_intervals_are_the_order_statistics_and_widen_with_eps():
     (lambda: certify_median(np.zeros((5, 1)), [], 1.0), "at least one"),
     (lambda: certify_median(np.zeros((5, 1)), [0.1], 0.0), "sigma"),
     (lambda: certify_median(np.zeros((5, 1)), [0.1], 1.0, correction="holm"), "correction"),
+    # issue 45: alpha = 2 returned bounds (Bonferroni's α/(2DE) fell inside (0, 1)), and the
+    # others were a TypeError or a message in eps/sigma for a bad eps
+    (lambda: certify_median(np.zeros((5, 2)), [0.1], 0.25, alpha=2.0), "alpha must lie"),
+    (lambda: certify_median(np.zeros((5, 2)), [0.1], 0.25, alpha=1.0), "alpha must lie"),
+    (lambda: certify_median(np.zeros((5, 2)), [0.1], 0.25, alpha=np.nan), "alpha must lie"),
+    (lambda: certify_median(np.zeros((5, 2)), [0.1], 0.25, alpha="0.01"), "alpha must lie"),
+    (lambda: certify_median(np.zeros((5, 2)), [0.1], "0.25"), "sigma must be a positive"),
+    (lambda: certify_median(np.zeros((5, 2)), [0.1], np.inf), "sigma must be a positive"),
+    (lambda: certify_median(np.zeros((5, 2)), [-0.1], 0.25), "radii eps must be finite"),
+    (lambda: certify_median(np.zeros((5, 2)), [np.nan], 0.25), "radii eps must be finite"),
+    (lambda: certify_median(np.zeros((5, 2)), "0.1", 0.25), "eps must be numbers"),
+    (lambda: certify_median(np.zeros((5, 2)), [0.1], 0.25, percentile=1.5), "percentile"),
+    (lambda: certify_median(np.zeros((5, 2)), [0.1], 0.25, percentile=None), "percentile"),
+    (lambda: certify_median([["a", "b"]], [0.1], 0.25), "samples must be numbers"),
+    (lambda: certify_median(np.zeros((5, 2)), [0.1], 0.25, correction=None), "correction"),
+    (lambda: order_indices(10, "0.5", 0.1, 0.01), "percentile"),
+    (lambda: order_indices(10, 0.5, "0.1", 0.01), "eps/sigma"),
 ])
 def test_bad_input_is_one_line(call, match):
-    with pytest.raises(SmoothcertError, match=match):
+    with pytest.raises(SmoothcertError, match=match) as error:
         call()
+    assert "\n" not in str(error.value)
+
+
+def test_numbers_of_numpy_and_a_single_eps_are_numbers():
+    """Checked, not narrowed: numpy scalars, integer outputs and one radius as a number."""
+    samples = np.arange(40, dtype=np.int64).reshape(20, 2)
+    one = certify_median(samples, np.float32(0.25), np.float64(0.5), alpha=np.float64(0.01))
+    same = certify_median(samples.astype(float), [0.25], 0.5, alpha=0.01)
+    assert one.eps.tolist() == [0.25] and (one.lower == same.lower).all()
+    assert (one.upper == same.upper).all() and (one.median == same.median).all()
 
 
 # Soundness. f(x) = W x + b under N(0, σ²I): output d of f(x + δ + G) is N(w_d·(x+δ) + b_d,

@@ -130,3 +130,32 @@ def test_bad_inputs_are_one_line():
 def test_radius_is_sigma_times_the_normal_quantile():
     assert segmentation_radius(0.25, 0.75) == 0.25 * norm.ppf(0.75)
     assert segmentation_radius(0.5, 0.5) == 0.0
+    assert segmentation_radius(np.float32(0.25), np.float32(0.75)) == pytest.approx(
+        0.25 * norm.ppf(0.75), rel=1e-6)  # numpy's numbers are numbers (float32 0.75: exact)
+
+
+@pytest.mark.parametrize("sigma, tau, said", [
+    (-1, 0.75, "sigma must be a positive finite number"),  # issue 45: radius −0.674
+    (0.25, 0.4, r"tau must lie in \[0.5, 1\)"),  # issue 45: radius −0.063
+    (0.0, 0.75, "sigma must be a positive"), (np.inf, 0.75, "sigma must be a positive"),
+    ("0.25", 0.75, "sigma must be a positive"), (0.25, 1.0, "tau must lie"),
+    (0.25, np.nan, "tau must lie"), (0.25, True, "tau must lie"), (0.25, "0.75", "tau must"),
+])
+def test_radius_refuses_a_sigma_or_tau_outside_its_range(sigma, tau, said):
+    with pytest.raises(SmoothcertError, match=said) as error:
+        segmentation_radius(sigma, tau)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda: pixel_pvalues([3, 5], 10, 0.4), "tau must lie"),
+    (lambda: pixel_pvalues([3, 5], 0, 0.75), "n must be an integer >= 1"),
+    (lambda: pixel_pvalues([3.5], 10, 0.75), r"votes must lie in \[0, n = 10\]"),
+    (lambda: pixel_pvalues([11], 10, 0.75), r"votes must lie in \[0, n = 10\]"),
+    (lambda: holm_reject(np.array([0.01, 0.2]), 1.5), "alpha must lie strictly between"),
+    (lambda: bonferroni_reject(np.array([0.01, 0.2]), 0.0), "alpha must lie strictly"),
+])
+def test_the_tests_refuse_what_is_no_level_or_count(call, said):
+    """Before: τ = 0.4 gave p-values of another hypothesis, α = 1.5 rejected everything."""
+    with pytest.raises(SmoothcertError, match=said):
+        call()

@@ -74,14 +74,29 @@ def format_vector(values) -> str:
     return ";".join(",".join(text(v) for v in row) for row in rows)
 
 
-def parse_vector(cell: str) -> np.ndarray:
+def parse_vector(cell) -> np.ndarray:
     """The numbers of a vector cell (:func:`format_vector`): 1-D for one row, else 2-D
-    (float64). Raises ValueError for text that is not rows of equal length of numbers."""
-    rows = [[float(v) for v in row.split(",")] for row in str(cell).split(";")]
+    (float64). Raises ValueError for text that is not rows of equal length of numbers. The
+    lists :func:`vector_value` makes of a cell (the rows ``certify_dataset`` returns) read as
+    the cell itself."""
+    values = cell if isinstance(cell, (list, tuple)) else vector_value(cell)
+    return np.array(values, dtype=np.float64)
+
+
+def vector_value(cell: str) -> list:
+    """A vector cell (:func:`format_vector`) as Python lists: ``[v1, v2, ...]`` for one row,
+    ``[[a1, a2], [b1, b2]]`` for several; ints where the cell writes integers (counts: a
+    segmentation's per-class ``tp``, ``fp``, ``fn``), floats otherwise (``inf``, ``-inf``
+    included). Raises ValueError for text that is not rows of equal length of numbers."""
+    rows = [[_number(v) for v in row.split(",")] for row in str(cell).split(";")]
     if len({len(r) for r in rows}) != 1:
         raise ValueError(f"the rows of {cell!r} differ in length")
-    array = np.array(rows, dtype=np.float64)
-    return array[0] if len(rows) == 1 else array
+    return rows[0] if len(rows) == 1 else rows
+
+
+def _number(text: str) -> int | float:
+    """An integer's text as an int (as :func:`format_vector` writes integers), else a float."""
+    return int(text) if re.fullmatch(r"\s*-?\d+\s*", text) else float(text)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ that needs one lists the noises that have it with :func:`noises_with` / :class:`
 from __future__ import annotations
 
 import abc
+import functools
 import math
 import numbers
 from collections.abc import Callable
@@ -69,6 +70,91 @@ NORM_ORDER = {"l1": 1.0, "l2": 2.0, "linf": math.inf}
 """The p of each norm's ℓp."""
 
 
+def checked_probability(p, noise: str = ""):
+    """``p`` as float64 (a float for a number, else a numpy array) once every value is a
+    probability in [0, 1]; anything else (NaN, 1.5, −0.1, text, a bool, a tensor numpy cannot
+    read) is one :class:`SmoothcertError` naming the noise ``noise`` and the first bad value."""
+    who = f"noise {noise!r}: " if noise else ""
+    try:
+        given = np.asarray(p)
+    except (TypeError, ValueError, RuntimeError):
+        given = np.asarray(None)
+    if given.dtype.kind not in "iuf":
+        raise SmoothcertError(f"{who}a radius takes a probability p (a number or an array of "
+                              f"numbers in [0, 1]), got {type(p).__name__} {_shown(p)}")
+    values = given.astype(np.float64)
+    bad = ~((values >= 0.0) & (values <= 1.0))  # NaN too
+    if bad.any():
+        raise SmoothcertError(f"{who}a radius takes probabilities p in [0, 1], got "
+                              f"{float(values[bad].flat[0])!r}")
+    return float(values) if values.ndim == 0 else values
+
+
+def check_draw_arguments(noise: str, tensors, generator) -> None:
+    """Each of ``tensors`` a floating-point torch tensor and ``generator`` a
+    ``torch.Generator`` or None, else one :class:`SmoothcertError` naming the noise."""
+    for tensor in tensors:
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+            what = f"a {tensor.dtype} tensor" if isinstance(tensor, torch.Tensor) \
+                else type(tensor).__name__
+            raise SmoothcertError(f"noise {noise!r} draws on floating-point tensors, got "
+                                  f"{what}: convert it first (x.float())")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise SmoothcertError(f"noise {noise!r} draws from a torch.Generator (or None), got "
+                              f"{type(generator).__name__}")
+
+
+def _shown(value) -> str:
+    """``value``'s repr on one line, cut at 40 characters (for a message)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _named(noise) -> str:
+    """The noise's registry name, or its class name where it has none (not registered)."""
+    return noise.name or type(noise).__name__
+
+
+def _checks_p(method):
+    """``radius(p, dim)`` or ``direct_radius(norm, p, dim)`` with p checked first
+    (:func:`checked_probability`)."""
+    at = 1 if method.__name__ == "direct_radius" else 0  # p's position after self
+
+    @functools.wraps(method)
+    def checked(self, *args, **kwargs):
+        if len(args) > at:
+            args = (*args[:at], checked_probability(args[at], _named(self)), *args[at + 1:])
+        elif "p" in kwargs:
+            kwargs["p"] = checked_probability(kwargs["p"], _named(self))
+        return method(self, *args, **kwargs)
+
+    checked.arguments_checked = True
+    return checked
+
+
+def _checks_tensors(count: int):
+    """A draw method's first ``count`` tensors (``like``, ``out``, ``x``) and its generator
+    checked first (:func:`check_draw_arguments`)."""
+    def wrap(method):
+        @functools.wraps(method)
+        def checked(self, *args, **kwargs):
+            tensors = (*args[:count], *(kwargs[k] for k in ("like", "out", "x") if k in kwargs))
+            generator = args[count] if len(args) > count else kwargs.get("generator")
+            check_draw_arguments(_named(self), tensors, generator)
+            return method(self, *args, **kwargs)
+
+        checked.arguments_checked = True
+        return checked
+
+    return wrap
+
+
+_CHECKED_METHODS = {"radius": _checks_p, "direct_radius": _checks_p,
+                    "sample": _checks_tensors(1), "sample_": _checks_tensors(1),
+                    "perturb": _checks_tensors(1), "perturb_": _checks_tensors(2)}
+"""The methods whose arguments :class:`Noise` checks for every subclass, and how."""
+
+
 class Noise(abc.ABC):
     """A noise distribution with one σ (the per-coordinate standard deviation) per input.
 
@@ -122,6 +208,15 @@ class Noise(abc.ABC):
     noise's :attr:`max_sigma_reason`, before any work (an exact sampler's table grows with σ)."""
     max_sigma_reason: ClassVar[str] = ""
 
+    def __init_subclass__(cls, **kwargs):
+        """Wrap the subclass's own ``radius``, ``direct_radius``, ``sample``, ``sample_``,
+        ``perturb`` and ``perturb_`` in the checks of their arguments (class doc)."""
+        super().__init_subclass__(**kwargs)
+        for name, checked in _CHECKED_METHODS.items():
+            method = cls.__dict__.get(name)
+            if callable(method) and not getattr(method, "arguments_checked", False):
+                setattr(cls, name, checked(method))
+
     def __init__(self, sigma: Sigma):
         self.sigma = _validated_sigma(sigma)
         self.check_sigma(self.sigma)
@@ -153,6 +248,7 @@ class Noise(abc.ABC):
         float for a float p and a scalar σ, else a numpy array. ``dim`` is the input dimension
         d = C·H·W (needed where :attr:`needs_dim`)."""
 
+    @_checks_p
     def direct_radius(self, norm: str, p, dim: int | None = None):
         """The radius the noise certifies directly in ``norm`` (one of :meth:`certified_norms`)
         for top-class probability p; by default only the primary norm, :meth:`radius`."""
@@ -198,10 +294,12 @@ class Noise(abc.ABC):
             return float(self.sigma.reshape(()))
         raise SmoothcertError("this operation needs a single σ; got a per-sample σ tensor")
 
+    @_checks_tensors(1)
     def perturb(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """x + δ for a batch x of shape (B, ...)."""
         return x + self.sample(x, generator)
 
+    @_checks_tensors(2)
     def perturb_(self, out: torch.Tensor, x: torch.Tensor,
                  generator: torch.Generator | None = None) -> torch.Tensor:
         """x + δ into the buffer ``out`` (rows shaped like the input x); returns ``out``. The

@@ -42,4 +42,5 @@ class Exp2(RadialNoise):
         d = require_dim(self.name, dim, self.min_dim)
         half = (d - 1) / 2.0
         x = beta.ppf(1.0 - self._p(p), half, half)
-        return float_or_array(self.scale(d) * (d - 1) * np.arctanh(1.0 - 2.0 * x))
+        with np.errstate(divide="ignore"):  # atanh 1 = inf at p = 1: the radius is inf
+            return float_or_array(self.scale(d) * (d - 1) * np.arctanh(1.0 - 2.0 * x))

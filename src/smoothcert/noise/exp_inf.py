@@ -38,8 +38,9 @@ class ExpInf(RadialNoise):
         return linf_directions_(out, generator)
 
     def radius(self, p, dim: int | None = None):
-        """Certified ℓ∞ radius λ·ln(1/(2(1 − p))) in float64; λ needs ``dim``."""
-        return float_or_array(-self.scale(dim) * np.log(2.0 * (1.0 - self._p(p))))
+        """Certified ℓ∞ radius λ·ln(1/(2(1 − p))) in float64 (inf at p = 1); λ needs ``dim``."""
+        with np.errstate(divide="ignore"):  # log 0 = −inf at p = 1: the radius is inf
+            return float_or_array(-self.scale(dim) * np.log(2.0 * (1.0 - self._p(p))))
 
     def direct_radius(self, norm: str, p, dim: int | None = None):
         """ℓ∞: :meth:`radius`; ℓ1: 2λ·γ_d·(p − ½)."""

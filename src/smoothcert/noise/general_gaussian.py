@@ -10,7 +10,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..errors import SmoothcertError
+from ..errors import SmoothcertError, check_nonnegative
 from ..stats.radial_dual import Problem, RadialLaw, certified_radius
 from .base import Noise, float_or_array, register_noise, require_dim
 from .draws import l2_directions_, sample_dim, scale_rows_, standard_gamma
@@ -43,11 +43,24 @@ class GeneralGaussian(Noise):
     k: ClassVar[float | None] = None
     example: ClassVar[str] = "general-gaussian:k=1"
 
-    def __init__(self, sigma):
+    def __new__(cls, sigma=None, *, k=None):
+        """``GeneralGaussian(σ, k=K)`` is the family bound to K (:meth:`bind`: the class
+        ``NOISES["general-gaussian:k=K"]``), at σ; a bound class takes no other k."""
+        if k is None or k == cls.k:
+            return super().__new__(cls)
+        if cls.k is not None:
+            raise SmoothcertError(f"noise {cls.name!r} has k = {cls.k:g}; got k={k!r}")
+        return super().__new__(cls.bind({"k": check_nonnegative("k", k)}))
+
+    def __init__(self, sigma, *, k=None):
         if self.k is None:
             raise SmoothcertError("noise 'general-gaussian' needs its parameter k, e.g. "
-                                  "--noise general-gaussian:k=380")
+                                  "--noise general-gaussian:k=380 (Python: "
+                                  "GeneralGaussian(0.25, k=380))")
         super().__init__(sigma)
+
+    def __repr__(self) -> str:
+        return f"GeneralGaussian(sigma={self.sigma_repr()}, k={self.k:g})"
 
     @classmethod
     def bind(cls, values: dict[str, float]) -> type[Noise]:
@@ -83,10 +96,12 @@ class GeneralGaussian(Noise):
         return scale_rows_(out, radii.mul_(2.0).sqrt_().mul_(s))
 
     def radius(self, p, dim: int | None = None):
-        """The certified ℓ2 radius of top-class probability p (class doc), float64."""
+        """The certified ℓ2 radius of top-class probability p (class doc), float64; inf at
+        p = 1 (P has a density everywhere: a class of P-mass 1 keeps it under every shift)."""
         m, s = self.dof(dim), self.scale(dim)
         p = np.asarray(p, dtype=np.float64)
-        radii = [s * _unit_radius(int(dim), self.k, float(v)) for v in p.ravel()]
+        radii = [s * _unit_radius(int(dim), self.k, float(v)) if v < 1.0 else math.inf
+                 for v in p.ravel()]
         return float_or_array(np.asarray(radii, dtype=np.float64).reshape(p.shape)) if m else 0.0
 
 

@@ -51,9 +51,11 @@ class Laplace(Noise):
         return laplace_(out, generator).mul_(self._broadcast_sigma(out) / math.sqrt(2.0))
 
     def radius(self, p, dim: int | None = None):
-        """Certified ℓ1 radius −λ·ln(2(1 − p)) in float64 (``dim`` is not needed)."""
+        """Certified ℓ1 radius −λ·ln(2(1 − p)) in float64 (``dim`` is not needed); inf at
+        p = 1."""
         p = np.asarray(p, dtype=np.float64)
-        return float_or_array(-self.scale() * np.log(2.0 * (1.0 - p)))
+        with np.errstate(divide="ignore"):  # log 0 = −inf at p = 1: the radius is inf
+            return float_or_array(-self.scale() * np.log(2.0 * (1.0 - p)))
 
     def direct_radius(self, norm: str, p, dim: int | None = None):
         """ℓ1: :meth:`radius`; ℓ∞: λ times the differential method's table for d = ``dim``."""

@@ -1,6 +1,6 @@
 """Radius tables of the differential method (Yang et al. 2020, §4; tonyduan/rs4a
 ``diffmethod_table`` / ``get_radii_from_convex_table``), computed once per (noise, norm, d,
-parameters) and cached as one readable JSON file in the user's cache folder.
+parameters) in each process that needs one.
 
 The differential method: if Φ(q) (0 < q ≤ ½) is the largest rate at which a set of noise
 measure q can gain probability when the input moves at unit speed in the norm, the smoothed
@@ -21,25 +21,26 @@ classifier with top-class probability ρ > ½ is constant within the radius
   the cell below replaced by the derivative at ρ_j (also a lower bound of the true slope by
   convexity, and a tighter one); beyond the last point the same line is a lower bound too.
 
-A cached file is trusted only if its parameters, format, library version and the SHA-256 of
-its numbers match and the numbers are shaped like a table (increasing ρ from ½, radii from 0);
-anything else, a corrupt file included, is recomputed and replaced atomically. The folder is
-``$SMOOTHCERT_CACHE`` if set, else ``~/.cache/smoothcert/radius-tables``; a folder that cannot
-be written leaves the table in memory only.
+Every table is built in the process that uses it (about 0.05 s at d = 784 and d = 150,528,
+measured 2026-11-29: rs4a's Φ at ~70,000 points) and memoized there; none is read from disk. A
+certificate must not rest on a writable file that anyone could edit (a table cached under a
+user folder, even one that carries its own checksum, can be rewritten together with that
+checksum), and rebuilding costs less than reading and checking one. A run records each table
+it looked up by key and SHA-256 (:func:`recording`, the manifest's ``radius_tables``), so that
+a record file names the numbers behind its radii.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import os
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from ..io import write_json_atomic
 from ..version import __version__
 
 TABLE_FORMAT = 1
@@ -69,6 +70,12 @@ class RadiusTable:
         r = self.radius[j] + self.slope[j] * (p - self.rho[j])
         return np.where(p > 0.5, r, 0.0)
 
+    @functools.cached_property
+    def sha256(self) -> str:
+        """SHA-256 of the table's numbers as JSON (``rho``, ``radius``, ``slope`` lists): the
+        name a record file gives the table its radii came from."""
+        return _digest({name: getattr(self, name).tolist() for name in ("rho", "radius", "slope")})
+
 
 def differential_table(phi: Callable[[np.ndarray], np.ndarray],
                        grid: dict = GRID) -> RadiusTable:
@@ -93,81 +100,51 @@ def _coarse_grid(grid: dict) -> np.ndarray:
     return np.unique(np.concatenate([far, near]))[::-1]
 
 
-def cache_folder() -> Path:
-    """``$SMOOTHCERT_CACHE`` if set, else ``~/.cache/smoothcert/radius-tables``."""
-    folder = os.environ.get("SMOOTHCERT_CACHE")
-    return Path(folder) if folder else Path("~/.cache/smoothcert/radius-tables").expanduser()
-
-
 def table_key(noise: str, norm: str, dim: int, params: dict) -> dict:
-    """What a cached table must have been computed for (every field is checked on load)."""
+    """What a table is computed for (noise, norm, d, the noise's parameters, the grid)."""
     return {"method": "differential", "noise": noise, "norm": norm, "dim": int(dim),
             "params": params, "grid": GRID, "format": TABLE_FORMAT, "version": __version__}
 
 
-def table_path(key: dict) -> Path:
-    """The cache file of ``key``: readable name, plus a digest of every field of the key."""
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_folder() / f"{key['noise']}-{key['norm']}-d{key['dim']}-{digest}.json"
-
-
 def cached_table(key: dict, phi: Callable[[np.ndarray], np.ndarray]) -> RadiusTable:
-    """The table for ``key``, memoized per process (by ``key``) over :func:`load_or_build`."""
+    """The table for ``key``, built from ``phi`` on first use in this process and memoized
+    (by ``key``); each :func:`recording` open at the call notes its key and digest."""
     text = json.dumps(key, sort_keys=True)
     if text not in _MEMO:
-        _MEMO[text] = load_or_build(key, phi)
+        _MEMO[text] = differential_table(phi, key["grid"])
+    for seen in _RECORDERS:
+        seen[text] = {**key, "sha256": _MEMO[text].sha256}
     return _MEMO[text]
 
 
 _MEMO: dict[str, RadiusTable] = {}
+_RECORDERS: list[dict] = []
 
 
-def load_or_build(key: dict, phi: Callable[[np.ndarray], np.ndarray]) -> RadiusTable:
-    """The table for ``key`` from its cache file if that is sound (module doc), else computed
-    from ``phi`` and written there atomically."""
-    path = table_path(key)
-    table = read_table(path, key)
-    if table is None:
-        table = differential_table(phi, key["grid"])
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(path, {**key, **_payload(table)})
-        except OSError:
-            pass  # a read-only or full cache folder: the table stays in memory
-    return table
+@contextmanager
+def recording():
+    """Collect the tables looked up inside: yields a list, filled on leaving with each table's
+    key and ``sha256`` (:attr:`RadiusTable.sha256`), in key order."""
+    seen: dict[str, dict] = {}
+    found: list[dict] = []
+    _RECORDERS.append(seen)
+    try:
+        yield found
+    finally:
+        _RECORDERS.remove(seen)
+        found.extend(seen[k] for k in sorted(seen))
 
 
-def _payload(table: RadiusTable) -> dict:
-    numbers = {"rho": table.rho.tolist(), "radius": table.radius.tolist(),
-               "slope": table.slope.tolist()}
-    return {**numbers, "sha256": _digest(numbers)}
+def tables_behind(noise, dim: int) -> list[dict]:
+    """The tables (key and ``sha256``) that ``noise.radii`` looks up at dimension ``dim``: what
+    a run's manifest names as ``radius_tables`` (empty for a noise of closed forms, or one
+    without radii: ablation's)."""
+    radii = getattr(noise, "radii", None)
+    with recording() as found:
+        if radii is not None:
+            radii(0.75, dim)
+    return found
 
 
 def _digest(numbers: dict) -> str:
     return hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()
-
-
-def read_table(path: Path, key: dict) -> RadiusTable | None:
-    """The table in ``path`` if it was computed for ``key`` and is intact, else None."""
-    try:
-        stored = json.loads(path.read_text(encoding="utf-8"))
-        numbers = {name: stored[name] for name in ("rho", "radius", "slope")}
-        if any(stored.get(field) != value for field, value in key.items()):
-            return None
-        if stored.get("sha256") != _digest(numbers):
-            return None
-        table = RadiusTable(*(np.asarray(numbers[n], dtype=np.float64)
-                              for n in ("rho", "radius", "slope")))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return table if _well_formed(table, key) else None
-
-
-def _well_formed(table: RadiusTable, key: dict) -> bool:
-    rho, radius, slope = table.rho, table.radius, table.slope
-    size = _coarse_grid(key["grid"]).size
-    return (rho.ndim == 1 and rho.size == size == radius.size == slope.size
-            and bool(np.all(np.isfinite(rho)) and np.all(np.isfinite(radius))
-                     and np.all(np.isfinite(slope)))
-            and rho[0] == 0.5 and radius[0] == 0.0 and bool(np.all(np.diff(rho) > 0))
-            and bool(np.all(np.diff(radius) >= 0)) and bool(np.all(slope > 0)))

@@ -5,22 +5,26 @@ to ``<records file>.<name>/<idx>.png`` (:func:`artifact_path`) atomically *befor
 appended, and the row gets ``<name>_sha256``, the PNG's SHA-256: a row in the file therefore
 means its image is complete, a resumed run rewrites the image of an example whose row never
 landed, and a reader refuses an image that is missing or is not the one its row names
-(:func:`read_artifact`). ``merge`` copies the shards' images beside the merged file
-(:func:`merge_artifacts`). A run without a record file keeps the arrays in its returned rows.
+(:func:`read_artifact`). A resumed run redoes an example whose image is missing or not its row's
+(:func:`stale_artifacts`). ``merge`` copies the shards' images beside the merged file, each
+checked against its row, all or none (:func:`stage_artifacts`). A run without a record file
+keeps the arrays in its returned rows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
-import shutil
-from collections.abc import Iterable, Mapping, Sequence
+import os
+import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import SmoothcertError
-from ..io import atomic_write
+from ..io import atomic_write, disk_full_error, fsync_dir, remove_path
 
 ARTIFACTS = "artifacts"  # the key of a row's images, popped before the row is written
 SUFFIX = "_sha256"
@@ -86,16 +90,81 @@ def artifact_names(columns: Sequence[str]) -> list[str]:
     return [c[:-len(SUFFIX)] for c in columns if c.endswith(SUFFIX)]
 
 
-def merge_artifacts(parts: Iterable, out, columns: Sequence[str]) -> None:
-    """Copy each shard file's images (``parts``: ``Records``) beside the merged file ``out``."""
-    for name in artifact_names(columns):
-        for part in parts:
-            for idx in np.asarray(part["idx"], dtype=np.int64):
-                target = artifact_path(out, name, int(idx))
-                target.parent.mkdir(parents=True, exist_ok=True)
-                source = artifact_path(part.path, name, int(idx))
-                try:
-                    shutil.copyfile(source, target)
-                except OSError as err:
-                    raise SmoothcertError(f"{source}: cannot copy the {name} of example {idx} "
-                                          f"({err.strerror or err})") from None
+def stale_artifacts(records) -> dict[int, Path]:
+    """The rows of ``records`` (a ``Records``) whose image is missing, unreadable or not the
+    one the row names (SHA-256): idx → that image's path. A resumed run redoes these examples."""
+    stale = {}
+    for name in artifact_names(records.columns_order):
+        for idx, sha in zip(np.asarray(records["idx"], dtype=np.int64), records[name + SUFFIX]):
+            path = artifact_path(records.path, name, int(idx))
+            try:
+                same = hashlib.sha256(path.read_bytes()).hexdigest() == sha
+            except OSError:
+                same = False
+            if not same:
+                stale.setdefault(int(idx), path)
+    return stale
+
+
+def stage_artifacts(parts: Sequence, out, columns: Sequence[str]) -> dict[Path, Path]:
+    """Copy the images of the shard files ``parts`` (``Records``) for the merged file ``out``
+    into new hidden folders beside it; return {the folder they belong in: its staged folder}
+    (``merge`` renames each into place with the merged file, :func:`~smoothcert.io.
+    replacing_together`). Each image is checked against its row's SHA-256 and written with
+    fsync. Any failure removes the staged folders and is one SmoothcertError line naming the
+    culprit: the shard's image when it is missing, unreadable or not its row's, the merged
+    file's image when it cannot be written (a full disk)."""
+    staged: dict[Path, Path] = {}
+    try:
+        for name in artifact_names(columns):
+            target = artifact_dir(out, name)
+            staged[target] = folder = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+            with _writing(target):
+                folder.mkdir()
+            for part in parts:
+                for idx, sha in zip(np.asarray(part["idx"], dtype=np.int64),
+                                    part[name + SUFFIX]):
+                    data = _checked_source(part.path, name, int(idx), sha)
+                    with _writing(artifact_path(out, name, int(idx))):
+                        _write_new(folder / f"{int(idx)}.png", data)
+            fsync_dir(folder)
+    except BaseException:
+        for folder in staged.values():
+            remove_path(folder)
+        raise
+    return staged
+
+
+def _checked_source(records_path, name: str, idx: int, sha256: str) -> bytes:
+    """The bytes of a shard's image, which must be the one its row names."""
+    path = artifact_path(records_path, name, idx)
+    fix = f"rerun the command of shard {records_path} (it redoes such an example), then merge"
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise SmoothcertError(f"{path}: cannot read the {name} of example {idx} of "
+                              f"{records_path} ({err.strerror or err}); {fix}") from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise SmoothcertError(f"{path} is not the {name} of example {idx} that its row in "
+                              f"{records_path} names (SHA-256 differs); {fix}")
+    return data
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def _writing(target: Path):
+    """An OSError in the block is one line naming ``target``, the merged file's image or
+    folder being written (not the staged copy: the user never named it, and it is removed),
+    and for a full disk, that it is full."""
+    try:
+        yield
+    except OSError as err:
+        full = disk_full_error(err) is not None
+        advice = "; the disk is full: free some space, then merge again" if full else ""
+        raise SmoothcertError(f"cannot write {target}: {err.strerror or err}{advice}") from None

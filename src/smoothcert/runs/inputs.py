@@ -20,7 +20,7 @@ import logging
 import math
 import numbers
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +28,7 @@ from torch import nn
 
 from ..denoisers import Denoised, DenoiserSource, load_denoiser
 from ..denoisers.loading import state_dict_sha256
-from ..errors import SmoothcertError, check_count, check_positive_finite
+from ..errors import SmoothcertError, check_count, check_positive_finite, printable
 from ..io import file_sha256
 from ..models.checkpoint import checkpoint_file, checkpoint_role, model_from_checkpoint
 from ..models.ensemble import Ensemble, fingerprint_sha256
@@ -262,8 +262,9 @@ def check_compatible(source: ModelSource, data: Examples) -> None:
         differ = sorted(set(classes) ^ set(data.classes))[:5]
         detail = f"names only in one: {', '.join(differ)}" if differ else "same names, other order"
         raise SmoothcertError(
-            f"the checkpoint's {len(classes)} classes differ from the {len(data.classes)} class "
-            f"folders of {data.name!r} ({detail}); certify on the folder the model was trained on"
+            f"the checkpoint's {len(classes)} classes differ from the {len(data.classes)} "
+            f"classes of {data.name!r} ({printable(detail)}); certify on the data the model "
+            "was trained on"
         )
 
 
@@ -435,7 +436,7 @@ def checked_shard(shard) -> tuple[int, int]:
 
 def checked_indices(indices) -> tuple[int, ...]:
     """An explicit index list: non-empty, integers >= 0, none repeated."""
-    values = tuple(indices)
+    values = tuple(indices) if isinstance(indices, Iterable) else ()  # 3: not a list
     if not values or not all(type(i) is int and i >= 0 for i in values):
         raise SmoothcertError("indices must be a non-empty list of integers >= 0")
     if len(set(values)) != len(values):

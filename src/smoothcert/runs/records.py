@@ -27,15 +27,19 @@ import numpy as np
 
 from ..errors import SmoothcertError
 from ..io import (
+    FileLock,
     append_rows,
     format_row,
+    remove_path,
+    replacing_together,
     trim_tsv,
     write_json_atomic,
     write_text_atomic,
 )
 from ..upgrade import MANIFEST_VERSION, VERSION_KEY, upgrade_header, upgrade_manifest
-from .artifacts import merge_artifacts
+from .artifacts import stage_artifacts, stale_artifacts
 from .schema import check_header, check_rows, parse_columns, parse_unknown, row_rules
+from .table_blocks import first_line, line_blocks, open_table, split_block
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +82,7 @@ class RecordWriter:
     Open it with :func:`open_records`, which validates and repairs an existing file first.
     """
 
-    def __init__(self, path: Path, columns: Sequence[str], lock: _WriterLock | None = None):
+    def __init__(self, path: Path, columns: Sequence[str], lock: FileLock | None = None):
         self.path = Path(path)
         self.columns = tuple(columns)
         self._lock = lock
@@ -109,13 +113,19 @@ def open_records(path, columns: Sequence[str], manifest: dict) -> tuple[RecordWr
     with an existing file's manifest as read (upgraded). An existing file
     with another identity, another header, or no manifest is refused with a SmoothcertError, and
     so is one that :func:`read_records` would refuse: a resumed run never keeps or appends to
-    such a file, and leaves it untouched.
+    such a file, and leaves it untouched. A resumed file's row whose image (:mod:`.artifacts`)
+    is missing or not the one it names is dropped (the file rewritten atomically, a warning
+    logged) and its example left to redo: a row is a function of (seed, idx), so the redone
+    row is the one dropped, now at the end of the file, and its image is whole again.
     """
     path = Path(path)
     _make_parent(path)
     _check_writable(path)
     manifest = {**manifest, "columns": list(columns), VERSION_KEY: MANIFEST_VERSION}
-    lock = _WriterLock(path)
+    # One writer per record file: a second run on the same --out (a double launch, two shards
+    # given one index) is refused instead of interleaving rows or cutting the other's torn line.
+    lock = FileLock(path.with_name(path.name + ".lock"), f"{path} is being written by another "
+                    "process; wait for it or choose another --out")
     try:
         if path.exists():
             done = _resume(path, columns, manifest)
@@ -127,37 +137,6 @@ def open_records(path, columns: Sequence[str], manifest: dict) -> tuple[RecordWr
     except BaseException:
         lock.release()
         raise
-
-
-class _WriterLock:
-    """One writer per record file: an exclusive ``flock`` on ``FILE.lock``, held while the file
-    is written. A second run on the same ``--out`` (a double launch, two shards given the same
-    index) is refused instead of interleaving rows or truncating the other's torn line. The
-    kernel drops the lock when its process dies, so a killed run never blocks the rerun; the
-    lock file is removed on a clean close. Where ``fcntl`` is missing (Windows) nothing is
-    locked."""
-
-    def __init__(self, path: Path):
-        self.path = path.with_name(path.name + ".lock")
-        self._fd = None
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not POSIX
-            return
-        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise SmoothcertError(f"{path} is being written by another process; wait for it "
-                                  "or choose another --out") from None
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            self.path.unlink(missing_ok=True)
-            os.close(self._fd)
-            self._fd = None
 
 
 def _resume(path: Path, columns: Sequence[str], manifest: dict) -> set[int]:
@@ -173,8 +152,14 @@ def _resume(path: Path, columns: Sequence[str], manifest: dict) -> set[int]:
                               "again (or choose another --out)") from None
     if records.columns_order != tuple(columns):
         raise SmoothcertError(f"{path} has columns {list(records.columns_order)}; cannot resume")
-    trim_tsv(path)  # a torn last line: its process died while writing it
-    return set(int(i) for i in records["idx"])
+    stale = stale_artifacts(records)  # a row stands for its images: without them, redo it
+    if stale:
+        log.warning("%s: the images of %d examples are missing or not their rows' (first: "
+                    "%s); redoing those examples", path, len(stale), next(iter(stale.values())))
+    # a torn last line (its process died while writing it) and the rows to redo are dropped
+    trim_tsv(path, (lambda header, row: int(row[header.index("idx")]) not in stale)
+             if stale else None)
+    return set(int(i) for i in records["idx"]) - set(stale)
 
 
 def _check_same_run(path, old: dict, new: dict, fix: str) -> None:
@@ -280,18 +265,18 @@ def read_records(path) -> Records:
 
 def _load(path: Path) -> Records:
     """:func:`read_records` without the warning. The file is streamed in blocks of whole lines
-    (:func:`_blocks`), each checked before the next is read: a file that is not a record file
-    fails on its first line, one that turns bad fails in the block of its first bad line."""
-    with _open_table(path) as f:
-        header = upgrade_header(_header(path, f))  # old names, as the manifest was upgraded
+    (:mod:`.table_blocks`), each checked before the next is read: a file that is not a record
+    file fails on its first line, one that turns bad fails in the block of its first bad line."""
+    with open_table(path) as f:
+        header = upgrade_header(first_line(path, f))  # old names, as the manifest was upgraded
         manifest = read_manifest(path)
         check_header(path, header, manifest)
         rules = row_rules(header, manifest, _index_contract(path, manifest))
         parts, line, torn = [], 2, False
-        for block, torn_at_end in _blocks(path, f):
+        for block, torn_at_end in line_blocks(path, f):
             torn = torn_at_end
             if block:
-                cells, count = _split(path, header, block, line)
+                cells, count = split_block(path, header, block, line)
                 data = parse_columns(path, header, cells, line, _joined(header, parts),
                                      ((manifest or {}).get("identity") or {}).get("certifier"))
                 check_rows(path, data, rules, line)
@@ -299,76 +284,6 @@ def _load(path: Path) -> Records:
                 line += count
     return Records(str(path), header, _columns(header, parts, rules.unknown), manifest,
                    torn_line=torn)
-
-
-FIRST_BLOCK, LAST_BLOCK = 1 << 16, 1 << 23  # bytes read at once: from 64 KiB, doubling to 8 MiB
-MAX_LINE = 1 << 20  # bytes: a record line holds a few hundred; a longer one is not a record
-
-
-def _open_table(path: Path):
-    """The record file open for reading bytes; a folder or a missing file is one line."""
-    if path.is_dir():
-        raise SmoothcertError(f"cannot read record file {path}: it is a folder, not a file")
-    try:
-        return open(path, "rb")  # noqa: SIM115 (the caller's with block closes it)
-    except OSError as e:
-        why = "it does not exist" if isinstance(e, FileNotFoundError) else e.strerror
-        raise SmoothcertError(f"cannot read record file {path}: {why}") from e
-
-
-def _header(path: Path, f) -> tuple:
-    """The first line's column names; a file whose first line has no ``idx`` column is refused
-    having read that line alone (at most :data:`MAX_LINE` bytes)."""
-    first = f.readline(MAX_LINE + 1)
-    text = first[:-1].decode("utf-8", errors="replace") if first.endswith(b"\n") else ""
-    header = tuple(text.split("\t"))
-    if "idx" not in header:
-        raise SmoothcertError(f"{path} is not a record file (no header line with an 'idx' column)")
-    return header
-
-
-def _blocks(path: Path, f):
-    """``(block, torn)``: the rest of the file as blocks of whole lines, then ``(b"", torn)``,
-    torn saying whether a torn last line (no newline: a killed run was writing it) was left."""
-    size, rest, lines = FIRST_BLOCK, b"", 2
-    while data := f.read(size):
-        data = rest + data
-        end = data.rfind(b"\n") + 1
-        rest, size = data[end:], min(2 * size, LAST_BLOCK)
-        lines += data.count(b"\n", 0, end)
-        if len(rest) > MAX_LINE:
-            raise SmoothcertError(f"{path} line {lines}: longer than {MAX_LINE} bytes; not a "
-                                  "record file")
-        yield data[:end], False
-    yield b"", bool(rest)
-
-
-def _decoded(path: Path, data: bytes, line: int) -> str:
-    """``data`` (lines from ``line`` on) as UTF-8 text; else the line that is not, in one line."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        bad = line + data.count(b"\n", 0, e.start)
-        raise SmoothcertError(f"cannot read record file {path}: line {bad} is not UTF-8 "
-                              "text") from None
-
-
-def _split(path: Path, header: tuple, block: bytes, first: int) -> tuple[list, int]:
-    """The fields of the lines of ``block`` (the first on line ``first``) column by column, and
-    the number of lines; a line with another number of fields than the header is refused.
-    Vectorised for files of 10^5 rows: fields are counted per line with numpy on the bytes (no
-    UTF-8 character holds a tab or newline byte) and split in one call."""
-    text = _decoded(path, block, first)
-    codes = np.frombuffer(block, dtype=np.uint8)
-    tabs = np.searchsorted(np.flatnonzero(codes == 9), np.flatnonzero(codes == 10))
-    fields = np.diff(tabs, prepend=0) + 1
-    wrong = np.flatnonzero(fields != len(header))
-    if wrong.size:
-        i = int(wrong[0])
-        raise SmoothcertError(f"{path} line {first + i}: {fields[i]} fields, the header has "
-                              f"{len(header)}")
-    flat = text.replace("\n", "\t").split("\t")[:-1]
-    return [flat[j::len(header)] for j in range(len(header))], len(fields)
 
 
 def _joined(header: tuple, parts: list) -> dict:
@@ -426,29 +341,55 @@ def merge_records(paths: Iterable, out) -> Path:
     """Validate the shard files of one run and write their union, sorted by idx, to ``out``.
 
     Refuses (SmoothcertError) unless every file has a manifest with the same identity and
-    columns, the shards are exactly 0..K−1 of the same K, no index appears twice, and the union
-    is exactly the run's global index list (no gaps, e.g. from an unfinished shard).
+    columns, the shards are exactly 0..K−1 of the same K, no index appears twice, the union
+    is exactly the run's global index list (no gaps, e.g. from an unfinished shard), and each
+    row's images (:mod:`.artifacts`) are the ones it names. Each row is copied as its shard
+    wrote it (every cell's text, an integer column's integers included), so the merged file is
+    row for row the file of one unsharded run. The merged file, its manifest and its image
+    folders are written all or none (:func:`~smoothcert.io.replacing_together`): a refusal or
+    a failed write (a full disk) leaves what ``out`` held before, or nothing.
     """
     parts = [read_records(p) for p in paths]
     if not parts:
         raise SmoothcertError("merge needs at least one record file")
     manifests = [_merge_manifest(p) for p in parts]
     _check_shards(parts, manifests)
-    rows = sorted((row for p in parts for row in p.rows()), key=lambda r: int(r["idx"]))
-    _check_coverage(parts, manifests[0], [int(r["idx"]) for r in rows])
+    _check_coverage(parts, manifests[0], np.concatenate([p["idx"] for p in parts]).tolist())
     out = Path(out)
     _check_writable(out)
     columns = parts[0].columns_order
-    body = "".join(format_row(r[c] for c in columns) for r in rows)
+    text = format_row(columns) + _merged_lines(parts)
     merged = {
         **manifests[0],
         "shard": {"index": 0, "count": 1},
         "merged_from": [str(p.path) for p in parts],
     }
-    merge_artifacts(parts, out, columns)  # images first: a merged row names its image
-    write_text_atomic(out, format_row(columns) + body)
-    write_json_atomic(manifest_path(out), merged)
+    staged = stage_artifacts(parts, out, columns)  # images first: a merged row names its image
+    try:
+        with replacing_together([*staged, out, manifest_path(out)]):
+            for target, folder in staged.items():
+                os.replace(folder, target)
+            write_text_atomic(out, text)
+            write_json_atomic(manifest_path(out), merged)
+    finally:
+        for folder in staged.values():
+            remove_path(folder)  # those not yet in place
     return out
+
+
+def _merged_lines(parts: list[Records]) -> str:
+    """The shards' row lines as their runs wrote them, sorted by idx (the text, not the values
+    as read: a cell read as a float is written back as one, ``0`` as ``0.0``)."""
+    lines, idx = [], []
+    for part in parts:
+        text = Path(part.path).read_text(encoding="utf-8")
+        rows = text.split("\n")[1:-1]  # not the header, nor what follows the last newline
+        if len(rows) != len(part):
+            raise SmoothcertError(f"{part.path} changed while it was merged; merge again")
+        lines += rows
+        idx.append(part["idx"])
+    order = np.argsort(np.concatenate(idx), kind="stable")
+    return "".join(lines[i] + "\n" for i in order)
 
 
 def _merge_manifest(part: Records) -> dict:

@@ -15,11 +15,12 @@ import warnings
 import numpy as np
 
 from ..certifiers import Certifier, RunContext
-from ..certifiers.columns import RADIUS_COLUMNS
+from ..certifiers.columns import RADIUS_COLUMNS, vector_value
 from ..rng import example_generator
 from ..smoothing.smoothed import InputRangeWarning, outside_unit_range, unit_range_message
 from .artifacts import ARTIFACTS, save_artifacts
 from .records import Records
+from .schema import known_columns
 
 LATER_COLUMNS = ("member_passes", *RADIUS_COLUMNS, "levels_drawn")
 """Columns a program's row holds that a file may lack: ``member_passes`` (one model, or a file
@@ -49,10 +50,21 @@ def written(writer, bar, rows) -> list[dict]:
 
 def python_row(row: dict) -> dict:
     """``row`` with numpy scalars as the Python scalars they hold (np.int64 → int, np.float64
-    → float, np.str_ → str): rows read back from a file and rows just computed are then the
-    same types, ready for ``json.dumps``."""
-    return {key: value.item() if isinstance(value, np.generic) else value
+    → float, np.str_ → str) and each vector column's cell (a segmentation's per-class ``tp``,
+    ``fp``, ``fn``, median smoothing's ``lower``, ``upper`` …: "1,2;3,4" in the record file)
+    as the lists it writes (:func:`~smoothcert.certifiers.columns.vector_value`: ints for
+    counts, a list of rows for a matrix): rows read back from a file and rows just computed
+    are then the same values, ready for ``json.dumps``."""
+    vectors = vector_columns()
+    return {key: vector_value(value) if key in vectors and isinstance(value, str)
+            else value.item() if isinstance(value, np.generic) else value
             for key, value in row.items()}
+
+
+def vector_columns() -> frozenset[str]:
+    """The columns whose rule (:func:`~.schema.known_columns`, one rule per name across
+    every certifier) is a vector of numbers."""
+    return frozenset(name for name, column in known_columns().items() if column.kind == "vector")
 
 
 def no_records(columns) -> Records:

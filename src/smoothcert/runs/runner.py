@@ -41,11 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..certifiers import CERTIFIERS, Certifier, RunContext, build_certifier
-from ..data.datasets import data_files, load_dataset
+from ..data.datasets import load_dataset
 from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
 from ..io import write_json_atomic
 from ..models.checkpoint import versions
 from ..noise.base import NOISES
+from ..noise.tables import tables_behind
 from ..smoothing.ablation import NO_NOISE, NoNoise
 from ..smoothing.engine import CHUNK, BatchedVotes
 from ..smoothing.probe import Tuning
@@ -53,6 +54,7 @@ from ..smoothing.smoothed import Smoothed, plain
 from ..tensors import eval_mode
 from ..upgrade import certifier_spelling
 from ..version import git_sha
+from .arguments import check_arguments
 from .inputs import (
     Examples,
     ModelSource,
@@ -82,6 +84,7 @@ from .records import (
 )
 from .roles import check_role_shapes, load_roles, role_fingerprints, roles_in_eval_mode
 from .rows import LATER_COLUMNS, NoFile, no_records, python_row, run_rows, written
+from .same_data import check_same_data, run_data_files
 from .tasks import check_task
 from .tuning import tuned
 
@@ -223,31 +226,30 @@ def certify_dataset(
     logits (its normalization inside), or an ensemble (an ``Ensemble``, or a list of checkpoint
     paths); ``dataset``: any map-style dataset of ``(x (C, H, W) float in [0, 1], y int)`` (an x
     outside [0, 1] is warned about once per run: its radii are in x's units). ``sigma``: a
-    float or a noise object (``Gaussian(0.25)``, ``Uniform(0.25)``; default: the
-    checkpoint's); ``noise`` names the noise (``smoothcert.noise.NOISES``; default: the noise
-    object's, else the checkpoint's, else Gaussian). The examples are every ``skip``-th index,
-    at most ``max_count`` (or the explicit ``indices``), then every K-th of them from k for
-    ``shard`` = (k, K); example ``idx`` draws its noise from a generator seeded from (``seed``,
-    idx) in canonical chunks, so the rows depend on neither ``batch``, sharding nor resuming.
-    Numbers may be numpy scalars; a label outside [0, num_classes) is refused before a row.
+    float or a noise object (``Gaussian(0.25)``, ``Laplace(0.25)``; default: the checkpoint's);
+    ``noise`` names the noise (``smoothcert.noise.NOISES``; default: the noise object's, else
+    the checkpoint's, else Gaussian). The examples are every ``skip``-th index, at most
+    ``max_count`` (or the explicit ``indices``), then every K-th of them from k for ``shard`` =
+    (k, K); example ``idx`` draws its noise from a generator seeded from (``seed``, idx) in
+    canonical chunks, so the rows depend on neither ``batch``, sharding nor resuming. Numbers
+    may be numpy's; a wrong argument or a label outside [0, num_classes) is one SmoothcertError.
 
     With ``out`` the rows go to its record file (shard K > 1: its shard name) and manifest, as
     ``smoothcert certify`` writes them; a rerun resumes (a larger ``max_count`` adds only the
-    new examples) and another configuration is refused. Returns the rows (with ``out``: the
-    file's, resumed ones included) as dicts of plain Python scalars (int, float, str: ready
-    for ``json.dumps``). For the default certifier each certificate holds with probability
-    ≥ 1 − ``alpha`` (Cohen et al., Thm. 1); ``predict`` −1 is an abstention.
+    new examples), another configuration is refused. Returns the rows (with ``out``: the
+    file's, resumed ones included) as dicts of plain Python values, ready for ``json.dumps``
+    (a vector column, e.g. a segmentation's per-class ``tp``, as a list: :func:`.python_row`).
+    For the default certifier each certificate holds with probability ≥ 1 − ``alpha`` (Cohen
+    et al., Thm. 1); ``predict`` −1 is an abstention.
 
-    ``progress``: False, True or ``"bar"`` (a bar on stderr), ``"lines"`` (a line on stderr
-    every 30 s, for a log). ``denoiser`` puts a denoiser in front of the classifier (the
-    certified function is classifier ∘ denoiser): a denoiser checkpoint, ``"diffusers:FOLDER"``
-    (one-step denoising at the t* of ``sigma``) or an ``nn.Module``; a ``model`` that is a
-    ``Denoised(denoiser, classifier)`` runs the same way. ``models``: the certifier's other
-    models by role (``{"selection": ..., "core": ...}`` for ACES; :mod:`.roles`). ``tune``
-    measures the batch, and what another precision would cost, before the first row
-    (:mod:`.tuning`). Notes are logged once every check has passed (:mod:`.notes`).
+    ``progress``: False, True, ``"bar"`` or ``"lines"`` (a line every 30 s). ``denoiser`` (a
+    checkpoint, ``"diffusers:FOLDER"``: one step at the t* of ``sigma``, or a module) goes in
+    front of the classifier, as in a ``Denoised`` ``model``. ``options``: the certifier's
+    (``{"th": 0.5}``); ``models``: its other models by role (:mod:`.roles`); ``tune``
+    measures the batch before the first row (:mod:`.tuning`).
     """
-    with holding_notes():
+    check_arguments(models, options, engine, tune, device, indices)
+    with holding_notes():  # notes are logged once every check has passed (.notes)
         model, denoiser = split_denoised(model, denoiser)
         source, data = load_source(model, device, plain(num_classes)), as_examples(dataset)
         counts = dict(n0=n0, n=n, alpha=alpha, batch=batch, seed=seed, skip=skip,
@@ -334,7 +336,10 @@ def execute(cfg: RunConfig, source: ModelSource, data: Examples, out, *, shard=(
     certifier.check_sources(roles, source.num_classes)  # e.g. ACES: a 2-class selection
     path = shard_path(out, *shard) if out is not None else None
     cfg = _file_chunk(cfg, path)
-    writer, done = _open(path, cfg, source, shard, len(data), data_files(data.dataset))
+    tables = tables_behind(noise, data.example(mine[0])[0].numel()) \
+        if mine and "radius" in record_columns(cfg) else []  # the tables its radii come from
+    writer, done = _open(path, cfg, source, shard, len(data), run_data_files(data.dataset),
+                         tables)
     smoothed = Smoothed(source.model, noise, source.num_classes,
                         BatchedVotes(**cfg.engine, chunk=cfg.chunk))
     previous = read_records(path) if path is not None else no_records(record_columns(cfg))
@@ -360,16 +365,16 @@ def _checked_run(cfg: RunConfig, source: ModelSource, data: Examples, shard, wor
     """The run's certifier, noise and this shard's indices, once every check has passed (and
     the certifier's notes are said): nothing is opened or written before."""
     check_source(source, cfg)
+    certifier = cfg.build_certifier()
+    check_task(certifier, source, data)  # before the classes: a task's mismatch says it
     check_compatible(source, data)
     check_progress(progress)
     if workers is not None:
         check_count("workers", workers, minimum=0)
-    certifier = cfg.build_certifier()
     mine = shard_indices(cfg.run_indices(len(data)), *shard)
     _check_shardable(cfg, certifier, shard)
     certifier.check(cfg)  # e.g. sequential's grid: refused before the record file exists
     certifier.check_model(source.model, data.input_shape)  # e.g. ablation's encoding
-    check_task(certifier, source, data)  # segment for a segmentation model, and so on
     noise = NOISES[cfg.noise](cfg.sigma) if cfg.noise != NO_NOISE else NoNoise()
     if mine:  # e.g. the sound noises' 8-bit grid: refused before the file is opened
         noise.check_input(data.example(mine[0])[0])
@@ -391,15 +396,21 @@ def _file_chunk(cfg: RunConfig, path) -> RunConfig:
 
 
 def _open(path, cfg: RunConfig, source: ModelSource, shard, dataset_size: int,
-          files: dict | None = None):
+          files: dict | None = None, tables: list = ()):
     """The record writer and the indices already done; a writer that keeps nothing without a
-    file. A run that extends the file's index list updates its manifest's ``indices``."""
+    file. A run that extends the file's index list updates its manifest's ``indices``; a file
+    made from other data (``files``) is refused (:func:`.same_data.check_same_data`). A new
+    file's manifest names the radius ``tables`` (:func:`~smoothcert.noise.tables.tables_behind`)."""
     if path is None:
         return NoFile(record_columns(cfg)), set()
     manifest = _manifest(cfg, source, shard, dataset_size)
+    if tables:
+        manifest["radius_tables"] = list(tables)
     if files is not None:  # which data files were read (provenance: the data may move)
         manifest["provenance"]["data_files"] = files
     old = read_manifest(path) if path.exists() else None
+    if old is not None and old.get("identity") == manifest["identity"]:  # else refused below
+        check_same_data(path, old, files)  # before the index list: a folder's size changed
     extends = old is not None and old.get("indices") != manifest["indices"]
     if extends and old.get("identity") == manifest["identity"]:  # else open_records refuses
         _check_extends(path, old, manifest)

@@ -52,13 +52,14 @@ at every ε at once.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 from scipy.stats import binom, norm
 
-from ..errors import SmoothcertError
+from ..errors import SmoothcertError, check_positive_finite, check_probability
 
 CORRECTIONS = ("bonferroni", "none")
 
@@ -87,13 +88,16 @@ class OrderIndices:
 def _check(n, percentile, eps_over_sigma, alpha) -> None:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise SmoothcertError(f"median smoothing needs n >= 1 draws, got {n!r}")
-    if not 0.0 < percentile < 1.0:
-        raise SmoothcertError(f"median smoothing percentile must be in (0, 1), got {percentile}")
-    if not (math.isfinite(eps_over_sigma) and eps_over_sigma >= 0):
+    check_probability("median smoothing percentile", percentile)
+    if not (_is_real(eps_over_sigma) and math.isfinite(eps_over_sigma) and eps_over_sigma >= 0):
         raise SmoothcertError(f"median smoothing eps/sigma must be a finite number >= 0, got "
-                              f"{eps_over_sigma}")
-    if not 0.0 < alpha < 1.0:
-        raise SmoothcertError(f"median smoothing alpha must be in (0, 1), got {alpha}")
+                              f"{eps_over_sigma!r}")
+    check_probability("median smoothing alpha", alpha)
+
+
+def _is_real(value) -> bool:
+    """A real number, not a bool (numpy's scalars count)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _first(holds, n: int, guess: float) -> int:
@@ -179,21 +183,16 @@ def _order_statistic(sorted_values: np.ndarray, k: int, empty: float) -> np.ndar
 
 def certify_median(samples, eps, sigma: float, *, percentile: float = 0.5, alpha: float = 0.001,
                    correction: str = "bonferroni") -> MedianCertificate:
-    """Certified percentile intervals (:class:`MedianCertificate`) from ``samples`` (n, D): the
-    outputs f(x + δ_i), δ_i ~ N(0, σ²I) i.i.d., in any order (finite reals). ``eps``: the radii
-    (ℓ2, input units, each ≥ 0); ``sigma`` > 0 the noise's standard deviation. Bad input is one
+    """Certified percentile intervals (:class:`MedianCertificate`, its guarantee) from
+    ``samples`` (n, D): the outputs f(x + δ_i), δ_i ~ N(0, σ²I) i.i.d., in any order (finite
+    reals). ``eps``: the radii (ℓ2, input units; a number or a list, each finite and ≥ 0);
+    ``sigma`` > 0 the noise's standard deviation; ``percentile`` p in (0, 1); ``alpha`` in
+    (0, 1); ``correction`` one of :data:`CORRECTIONS`. Bad input is one
     :class:`SmoothcertError` line."""
-    values = np.asarray(samples, dtype=np.float64)
-    if values.ndim != 2 or values.shape[0] < 1 or values.shape[1] < 1:
-        raise SmoothcertError(f"median smoothing needs samples of shape (n, D), got "
-                              f"{values.shape}")
-    if not np.isfinite(values).all():
-        raise SmoothcertError("median smoothing needs finite outputs; some are NaN or inf")
-    if not (math.isfinite(sigma) and sigma > 0):
-        raise SmoothcertError(f"median smoothing needs sigma > 0, got {sigma}")
-    radii = np.asarray(eps, dtype=np.float64).reshape(-1)
-    if radii.size == 0:
-        raise SmoothcertError("median smoothing needs at least one radius eps")
+    values, radii = _checked_samples(samples), _checked_radii(eps)
+    sigma = check_positive_finite("median smoothing sigma", sigma)
+    percentile = check_probability("median smoothing percentile", percentile)
+    alpha = check_probability("median smoothing alpha", alpha)
     values = np.sort(values, axis=0)
     n, d = values.shape
     level = side_alpha(alpha, d, radii.size, correction)
@@ -201,7 +200,41 @@ def certify_median(samples, eps, sigma: float, *, percentile: float = 0.5, alpha
     lower = np.stack([_order_statistic(values, i.k_lower, -np.inf) for i in found])
     upper = np.stack([_order_statistic(values, i.k_upper, np.inf) for i in found])
     median_k = order_indices(n, percentile, 0.0, level).k_median
-    return MedianCertificate(float(percentile), radii, float(sigma), float(alpha), correction,
+    return MedianCertificate(percentile, radii, sigma, alpha, correction,
                              level, values[median_k - 1].copy(), lower, upper,
                              np.array([i.k_lower for i in found]),
                              np.array([i.k_upper for i in found]))
+
+
+def _checked_samples(samples) -> np.ndarray:
+    """``samples`` as a float64 (n, D) array of finite numbers, n, D ≥ 1."""
+    values = _numbers(samples, "samples")
+    if values.ndim != 2 or values.shape[0] < 1 or values.shape[1] < 1:
+        raise SmoothcertError(f"median smoothing needs samples of shape (n, D), got "
+                              f"{values.shape}")
+    if not np.isfinite(values).all():
+        raise SmoothcertError("median smoothing needs finite outputs; some are NaN or inf")
+    return values
+
+
+def _checked_radii(eps) -> np.ndarray:
+    """``eps`` as a non-empty float64 vector of finite radii ≥ 0."""
+    radii = _numbers(eps, "eps").reshape(-1)
+    if radii.size == 0:
+        raise SmoothcertError("median smoothing needs at least one radius eps")
+    if not (np.isfinite(radii) & (radii >= 0)).all():
+        raise SmoothcertError(f"median smoothing radii eps must be finite numbers >= 0, got "
+                              f"{radii.tolist()}")
+    return radii
+
+
+def _numbers(values, name: str) -> np.ndarray:
+    """``values`` as a float64 array, when they are numbers (not text, bools or objects)."""
+    try:
+        array = np.asarray(values)
+    except (TypeError, ValueError, RuntimeError):
+        array = np.asarray(None)
+    if array.dtype.kind not in "iuf":
+        raise SmoothcertError(f"median smoothing {name} must be numbers (an array-like), got "
+                              f"{type(values).__name__}")
+    return array.astype(np.float64)

@@ -29,12 +29,13 @@ Everything here is torch-free float64; vote counts arrive as arrays (pixels, cla
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import binom, norm
 
-from ..errors import SmoothcertError, check_probability
+from ..errors import SmoothcertError, check_count, check_positive_finite, check_probability
 
 CORRECTIONS = ("holm", "bonferroni")
 """The family-wise corrections over an image's pixels: Holm's step-down (the authors' default)
@@ -45,9 +46,10 @@ def pixel_pvalues(votes, n: int, tau: float) -> np.ndarray:
     """The one-sided exact binomial p-values of H0: p ≤ τ with ``votes`` successes of ``n``:
     P(Bin(n, τ) ≥ votes) = ``binom.sf(votes − 1, n, τ)`` (1 at votes = 0). Under H0 each is
     super-uniform: P(p-value ≤ t) ≤ t for every t. ``votes``: array-like of integers in
-    [0, n]; returns float64 of the same shape."""
+    [0, n]; ``n`` ≥ 1; τ in [½, 1) (:func:`check_tau`); returns float64 of the same shape."""
+    n, tau = check_count("n", n), check_tau(tau)
     votes = np.asarray(votes)
-    if np.any(votes < 0) or np.any(votes > n):
+    if votes.dtype.kind not in "iu" or np.any(votes < 0) or np.any(votes > n):
         raise SmoothcertError(f"votes must lie in [0, n = {n}]")
     return np.asarray(binom.sf(votes.astype(np.float64) - 1.0, n, tau), dtype=np.float64)
 
@@ -55,8 +57,8 @@ def pixel_pvalues(votes, n: int, tau: float) -> np.ndarray:
 def bonferroni_reject(pvalues, alpha: float) -> np.ndarray:
     """Bonferroni over m tests: reject H0_i where p_i ≤ α/m (as statsmodels, ``<=``); the
     probability of rejecting any true H0 is ≤ α. Returns a bool array of ``pvalues``' shape
-    (1-D)."""
-    p = _as_pvalues(pvalues)
+    (1-D); α in (0, 1)."""
+    p, alpha = _as_pvalues(pvalues), check_probability("alpha", alpha)
     return p <= alpha / float(len(p))
 
 
@@ -67,8 +69,9 @@ def holm_reject(pvalues, alpha: float) -> np.ndarray:
     Tied p-values get the same decision whatever their order (a tie that fails its
     threshold stops the steps before the next one). Returns a bool array of ``pvalues``'
     shape (1-D), in their order; the thresholds are computed as statsmodels does
-    (α / (m − j + 1) in float64), so the decisions are its ``multipletests(method='holm')``."""
-    p = _as_pvalues(pvalues)
+    (α / (m − j + 1) in float64), so the decisions are its ``multipletests(method='holm')``;
+    α in (0, 1)."""
+    p, alpha = _as_pvalues(pvalues), check_probability("alpha", alpha)
     order = np.argsort(p, kind="stable")
     thresholds = alpha / np.arange(len(p), 0, -1, dtype=np.float64)
     fails = np.flatnonzero(p[order] > thresholds)
@@ -86,9 +89,11 @@ def _as_pvalues(pvalues) -> np.ndarray:
 
 
 def segmentation_radius(sigma: float, tau: float) -> float:
-    """R = σΦ⁻¹(τ): the ℓ2 radius on which every certified pixel keeps its class (module
-    doc); 0 at τ = ½."""
-    return float(sigma) * float(norm.ppf(tau))
+    """R = σΦ⁻¹(τ) ≥ 0: the ℓ2 radius on which every certified pixel keeps its class (module
+    doc); 0 at τ = ½. σ > 0 (finite) and τ in [½, 1) (:func:`check_tau`), else one
+    :class:`SmoothcertError` line."""
+    sigma, tau = check_positive_finite("sigma", sigma), check_tau(tau)
+    return sigma * float(norm.ppf(tau))
 
 
 @dataclass(frozen=True)
@@ -115,8 +120,10 @@ class PixelCertificates:
 
 
 def check_tau(tau: float) -> float:
-    """τ in [½, 1): below ½ a pixel's class above τ need not be its smoothed class."""
-    if not (isinstance(tau, (int, float)) and 0.5 <= tau < 1.0):
+    """τ in [½, 1) (a number, numpy's too; not a bool): below ½ a pixel's class above τ need
+    not be its smoothed class; at 1 no count can show p > τ."""
+    real = isinstance(tau, numbers.Real) and not isinstance(tau, bool)
+    if not (real and 0.5 <= tau < 1.0):
         raise SmoothcertError(f"tau must lie in [0.5, 1), got {tau!r}")
     return float(tau)
 
