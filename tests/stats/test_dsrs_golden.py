@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize, special, stats
 
+from smoothcert.errors import SmoothcertError
 from smoothcert.stats.dsrs import (
     INTEGRATION_MARGIN,
     ball,
@@ -120,9 +121,20 @@ def test_scales_with_sigma_grows_with_q_and_abstains_at_one_half():
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(ValueError, match="th must be in"):
+    with pytest.raises(SmoothcertError, match="th must be in"):
         dsrs_radius(0.9, 0.9, 1.0, 784, 1.5)
-    with pytest.raises(ValueError, match="d >= 8"):
+    with pytest.raises(SmoothcertError, match="d >= 8"):
         dsrs_radius(0.9, 0.9, 1.0, 4, 0.5)
-    with pytest.raises(ValueError, match="search must be"):
+    with pytest.raises(SmoothcertError, match="search must be"):
         dsrs_radius(0.9, 0.9, 1.0, 784, 0.5, search="fast")
+
+
+@pytest.mark.parametrize("p, q, sigma, says", [
+    (1.5, 0.9, 1.0, r"p_lower must be a number in \[0.0, 1.0\], got 1.5"),  # was nan
+    (float("nan"), 0.9, 1.0, "p_lower must be a number"),
+    (0.9, -0.1, 1.0, "q_lower must be a number"),
+    (0.9, 0.9, -1.0, "sigma must be a positive finite number"),  # was a negative radius
+])
+def test_a_probability_or_sigma_out_of_range_is_one_line(p, q, sigma, says):
+    with pytest.raises(SmoothcertError, match=says):
+        dsrs_radius(p, q, sigma, 784, 0.5)

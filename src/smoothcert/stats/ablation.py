@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import SmoothcertError
+
 PATCH_MODES = ("column", "block")
 
 
@@ -49,7 +51,8 @@ def top_two(counts) -> TopTwo:
     """:class:`TopTwo` of ``counts`` (one per class, at least 2): a stable sort of −counts."""
     counts = np.asarray(counts, dtype=np.int64)
     if counts.ndim != 1 or counts.shape[0] < 2:
-        raise ValueError(f"counts must be one vector of at least 2 classes, got {counts.shape}")
+        raise SmoothcertError(f"counts must be one vector of at least 2 classes, got "
+                              f"{counts.shape}")
     order = np.argsort(-counts, kind="stable")
     a, b = int(order[0]), int(order[1])
     return TopTwo(a, b, int(counts[a]), int(counts[b]))
@@ -59,7 +62,7 @@ def patch_delta(mode: str, m: int, size: int) -> int:
     """Δ: how many band (column) or block positions of width/side ``size`` a patch of side ``m``
     meets, wrapping around included: m + b − 1, or (m + b − 1)²."""
     if mode not in PATCH_MODES:
-        raise ValueError(f"patch mode must be one of {PATCH_MODES}, got {mode!r}")
+        raise SmoothcertError(f"patch mode must be one of {PATCH_MODES}, got {mode!r}")
     span = m + size - 1
     return span if mode == "column" else span * span
 
@@ -105,7 +108,7 @@ def l0_radius(p_lower: float, d: int, keep: int) -> int | None:
     is certified at x itself). Bisection: Δ(ρ) grows with ρ, and ρ = d − k + 1 never holds
     (no ablation then misses every changed pixel)."""
     if not 0 < keep <= d:
-        raise ValueError(f"keep must be in 1..d = {d}, got {keep}")
+        raise SmoothcertError(f"keep must be in 1..d = {d}, got {keep}")
     if not l0_certified(p_lower, d, keep, 0):
         return None
     low, high = 0, d - keep + 1  # certified at low, not at high

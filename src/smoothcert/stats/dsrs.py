@@ -45,6 +45,8 @@ import math
 import numpy as np
 from scipy import optimize, special
 
+from ..errors import SmoothcertError, check_in_range, check_positive_finite
+
 INTEGRATION_MARGIN = 1e-9
 # |R''(r)| ≤ ∫|φ''| = 4φ(1): the dip of R below its chord over a step h is at most h²·this
 CURVATURE = 4.0 * math.exp(-0.5) / math.sqrt(2.0 * math.pi) / 8.0
@@ -60,9 +62,9 @@ _NODES, _WEIGHTS = np.polynomial.legendre.leggauss(24)
 def ball(d: int, th: float) -> float:
     """T² (in σ² units) of the ball of P-mass ``th`` in ``d`` dimensions."""
     if d < MIN_DIM:
-        raise ValueError(f"DSRS needs an input dimension d >= {MIN_DIM}, got {d}")
+        raise SmoothcertError(f"DSRS needs an input dimension d >= {MIN_DIM}, got {d}")
     if not 0.0 < th < 1.0:
-        raise ValueError(f"the threshold percentile th must be in (0, 1), got {th}")
+        raise SmoothcertError(f"the threshold percentile th must be in (0, 1), got {th}")
     return float(special.chdtri(d, 1.0 - th))
 
 
@@ -184,7 +186,10 @@ def dsrs_radius(p_lower: float, q_lower: float, sigma: float, d: int, th: float,
     step before the first one that fails; "precise" (default) then bisects that step to
     ``tol``·σ. Deterministic, cached on its arguments."""
     if search not in SEARCHES:
-        raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
+        raise SmoothcertError(f"search must be one of {SEARCHES}, got {search!r}")
+    for name, value in (("p_lower", p_lower), ("q_lower", q_lower)):
+        check_in_range(name, value, 0.0, 1.0)
+    check_positive_finite("sigma", sigma)
     return sigma * _radius(float(p_lower), float(q_lower), int(d), float(th), search,
                            float(unit), float(tol))
 
