@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "smoothcert"
 # From the ground up, as in docs/ARCHITECTURE.md; a module's layer is that of its first path part.
 LAYERS = [
     {"errors", "registry", "rng", "io", "tensors", "model_calls", "radii", "version", "upgrade"},
-    {"stats", "noise", "data"},
+    {"stats", "noise", "data", "transforms"},
     {"smoothing", "models", "denoisers"},
     {"certifiers", "methods"},
     {"runs"},
@@ -136,8 +136,10 @@ def test_each_plugin_folder_holds_its_registrations():
     from smoothcert.certifiers import CERTIFIERS
     from smoothcert.methods import METHODS
     from smoothcert.noise import NOISES
+    from smoothcert.transforms import TRANSFORMS
 
-    for registry, folder in ((CERTIFIERS, "certifiers"), (METHODS, "methods"), (NOISES, "noise")):
+    for registry, folder in ((CERTIFIERS, "certifiers"), (METHODS, "methods"), (NOISES, "noise"),
+                             (TRANSFORMS, "transforms")):
         for name, cls in registry.items():
             assert cls.__module__.startswith(f"smoothcert.{folder}."), (name, cls.__module__)
 

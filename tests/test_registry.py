@@ -167,6 +167,8 @@ DEFAULT_HPARAMS = {  # what checkpoints and configs stored before the idiom: key
     "standard": {}, "denoiser-mse": {}, "denoiser-stability": {}, "diffusion": {},
     # Step 16: what is kept (Levine & Feizi 2020): band/block side b, or k pixels
     "ablation": {"mode": "column", "size": 4, "keep": 45},
+    # Step 22: the transformation of TSS (Li et al. 2021), required where it is used
+    "transform": {"transform": ""},
 }
 
 
@@ -235,6 +237,8 @@ DEFAULT_OPTIONS = {  # the run identities' and configs' options before the idiom
     "segment": {"tau": 0.75, "correction": "holm"},
     # Step 18: median smoothing (Chiang et al. 2020)
     "median": {"percentile": 0.5, "eps": "0.1,0.25,0.36,0.5", "correction": "bonferroni"},
+    # Step 22: transformation-specific smoothing (Li et al. 2021), its transformation required
+    "tss": {"transform": ""},
 }
 
 

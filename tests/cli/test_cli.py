@@ -311,7 +311,7 @@ def test_certify_help_lists_every_certifier_with_its_options_and_every_noise(cap
     monkeypatch.setenv("COLUMNS", "250")  # one line per listed name
     assert main(["certify", "--help"]) == 0
     listed = listed_names(capsys.readouterr().out)
-    assert list(listed) == ["--certifier", "--noise"]
+    assert list(listed) == ["--certifier", "--noise", "--transform"]  # --transform: test_tss_cli
     assert "attack" in CERTIFIERS and not CERTIFIERS["attack"].certifies
     assert sorted(listed["--certifier"]) == certifying()  # the attack has its own command
     assert list(listed["--noise"]) == list(NOISES)

@@ -26,8 +26,10 @@ def pretrained(tmp_path_factory):
     return out / "checkpoint.pt"
 
 
-# A method without noise whose recipes are named after what they keep: the one that fits digits.
-NAMED = {"ablation": "ablation_column.yaml"}  # a band of 2 of the 8 columns
+# A method without noise whose recipes are named after what they keep (or how they transform):
+# the one that fits digits.
+NAMED = {"ablation": "ablation_column.yaml",  # a band of 2 of the 8 columns
+         "transform": "transform_brightness.yaml"}
 
 
 def recipe(method: str) -> Path:

@@ -53,8 +53,9 @@ def context(model, train_data, num_epochs: int = 10) -> EpochContext:
 CLASSIFIER_METHODS = sorted(n for n, cls in METHODS.items() if cls.trains == "classifier")
 # A method whose defaults need a file: catrs trains toward a teacher checkpoint's votes (the
 # paper's ŷ); the contract runs its named variant without one (the teacher path:
-# tests/methods/test_catrs_teacher.py).
-WITHOUT_FILES = {"catrs": {"target": "self"}}
+# tests/methods/test_catrs_teacher.py). A method whose defaults name nothing to train with:
+# transform needs its transformation (tests/transforms/test_transform_method.py).
+WITHOUT_FILES = {"catrs": {"target": "self"}, "transform": {"transform": "brightness:sigma_b=0.2"}}
 
 
 # Every method that trains a classifier must pass all three checks. A method that could not (e.g.

@@ -79,6 +79,15 @@ def _certifiers() -> dict[str, str]:
     return {name: text for name, text in keyword_choices(CERTIFIERS).items() if name in offered}
 
 
+def _transformations() -> dict[str, str]:
+    """``--transform``: each semantic transformation, with its summary and one line per
+    parameter (the certify epilog's listing)."""
+    from ..training.choices import keyword_choices
+    from ..transforms import TRANSFORMS
+
+    return keyword_choices(TRANSFORMS)
+
+
 def _precisions() -> list[str]:
     """``--precision``: the engine's autocast precisions."""
     from ..smoothing.engine import PRECISIONS
@@ -141,9 +150,9 @@ def _train() -> dict:
                                 for old, new in OLD_SIGMA_PARAMS.items()}}
 
 
-SECTIONS = {"noises": _noises, "certifiers": _certifiers, "precisions": _precisions,
-            "attack": _attack, "formats": _formats, "norms": _norms, "gallery": _gallery,
-            "import-checkpoint": _import_checkpoint, "train": _train}
+SECTIONS = {"noises": _noises, "certifiers": _certifiers, "transformations": _transformations,
+            "precisions": _precisions, "attack": _attack, "formats": _formats, "norms": _norms,
+            "gallery": _gallery, "import-checkpoint": _import_checkpoint, "train": _train}
 """Section name -> the function that reads it from the library."""
 
 

@@ -3,8 +3,10 @@ certifier) and PREDICT over a dataset split, into a record file."""
 
 from __future__ import annotations
 
+import argparse
 from functools import partial
 
+from ..errors import SmoothcertError
 from .catalog import names
 from .common import DRAWS, command, parse_params
 from .dataset_run import (
@@ -21,11 +23,17 @@ def _run_args(p, *, with_n0: bool):
     if with_n0:
         from ..upgrade import OLD_CERTIFIER_NAMES
 
-        p.add_argument("--certifier", default="certify",
+        p.add_argument("--certifier",
                        choices=sorted(names("certifiers")) + sorted(OLD_CERTIFIER_NAMES),
-                       help="the certification algorithm (default: Cohen et al.'s CERTIFY); "
-                            "uniform and data-dependent-uniform are deprecated spellings of "
-                            "certify and data-dependent with --noise uniform")
+                       help="the certification algorithm (default: Cohen et al.'s CERTIFY; "
+                            "tss with --transform); uniform and data-dependent-uniform are "
+                            "deprecated spellings of certify and data-dependent with --noise "
+                            "uniform")
+        p.add_argument("--transform", type=transform_arg, metavar="NAME[:KEY=VALUE,...]",
+                       help="certify against a semantic transformation (Li et al.'s TSS), its "
+                            "smoothing parameters after a colon, e.g. brightness:sigma_b=0.2: "
+                            "the same as --certifier tss --opt transform=...; no --sigma or "
+                            "--noise (listed below under --transform NAME)")
         p.epilog = _certifiers_epilog()
     p.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of the certifier (repeatable)")
@@ -52,7 +60,33 @@ def _certifiers_epilog() -> str:
              "", "--certifier NAME"]
     lines += [f"{name}\t{text}" for name, text in names("certifiers").items()]
     lines += ["", "--noise NAME"] + [f"{name}\t{text}" for name, text in names("noises").items()]
+    lines += ["", "--transform NAME"] + [f"{name}\t{text}" for name, text in
+                                         names("transformations").items()]
     return "\n".join(lines)
+
+
+def transform_arg(text: str) -> str:
+    """--transform: a known transformation's name, with its parameters after a colon (checked
+    by the library, which knows what each family takes)."""
+    known = sorted(names("transformations"))
+    if text.partition(":")[0].strip() not in known:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from "
+                                         f"{', '.join(known)})")
+    return text
+
+
+def _certifier_choice(args, options: dict) -> tuple[str, dict]:
+    """(certifier, its options): ``--transform T`` is ``--certifier tss --opt transform=T``;
+    without it, ``--certifier`` (default certify). Either naming of the transformation alone."""
+    if args.transform is None:
+        return args.certifier or "certify", options
+    if args.certifier not in (None, "tss"):
+        raise SmoothcertError(f"--transform certifies with --certifier tss, not "
+                              f"{args.certifier}; drop --certifier")
+    if "transform" in options:
+        raise SmoothcertError("--transform and --opt transform=... both name the "
+                              "transformation: pass one of them")
+    return "tss", {**options, "transform": args.transform}
 
 
 def _certifier_options(args) -> dict:
@@ -69,7 +103,8 @@ def _certifier_options(args) -> dict:
     partial(_run_args, with_n0=True),
 )
 def cmd_certify(args):
-    run_certifier("certify", args, _certifier_options(args))
+    args.certifier, options = _certifier_choice(args, _certifier_options(args))
+    run_certifier("certify", args, options)
 
 
 @command(

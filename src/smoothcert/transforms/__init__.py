@@ -1,0 +1,27 @@
+"""Semantic transformations as a smoothing axis (Li et al., TSS, CCS 2021): the
+:class:`Transformation` base class and one file per family, each registered by name in
+:data:`TRANSFORMS` (``--transform NAME:KEY=VALUE,...``).
+
+Importing the package registers every file in this folder: ``brightness`` and ``contrast``
+(``brightness.py``: x → e^k (x + b), one distribution, two certificates), ``blur``
+(``blur.py``: a Gaussian blur of random variance, OpenCV's kernel and borders) and
+``translation`` (``translation.py``: cyclic shifts by rounded Gaussian offsets). A new
+transformation is one new file here. Transformations that are not resolvable (rotation,
+scaling: TSS's interpolation bound and added Gaussian noise) fit the same base class: their
+``draw`` adds the pixel noise's seed stream, their ``radius`` subtracts the bound.
+"""
+
+from ..registry import import_submodules
+from .base import (
+    TRANSFORMS,
+    Transformation,
+    build_transformation,
+    canonical_name,
+    canonical_text,
+    register_transformation,
+)
+
+import_submodules(__name__, __path__, skip=("base",))
+
+__all__ = ["TRANSFORMS", "Transformation", "build_transformation", "canonical_name",
+           "canonical_text", "register_transformation"]
