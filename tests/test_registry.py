@@ -239,6 +239,8 @@ DEFAULT_OPTIONS = {  # the run identities' and configs' options before the idiom
     "median": {"percentile": 0.5, "eps": "0.1,0.25,0.36,0.5", "correction": "bonferroni"},
     # Step 22: transformation-specific smoothing (Li et al. 2021), its transformation required
     "tss": {"transform": ""},
+    # Step 22: translations by enumeration (the authors' black padding)
+    "shift-enumeration": {"padding": "black", "max_shift": None},
 }
 
 

@@ -9,8 +9,8 @@ transformation is resolvable and the certificate is Cohen et al.'s in the two di
 the shift: with probability ≥ 1 − α the smoothed classifier predicts its class on every
 cyclic shift of x by an integer vector (a, b) with ‖(a, b)‖₂ < ``radius`` = σ Φ⁻¹(p_lower)
 (their ``TranslationTransformer.calc_radius``; :func:`smoothcert.stats.tss.translation_radius`).
-The authors' black-padding variant (``BlackTranslational``) is not resolvable and is certified
-by enumeration in their code; it is not offered here.
+The authors' black-padding variant (``BlackTranslational``) is not resolvable; it is certified
+by enumeration, as in their code: the ``shift-enumeration`` certifier.
 """
 
 from __future__ import annotations
