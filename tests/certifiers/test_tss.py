@@ -312,3 +312,18 @@ def test_a_model_of_ablated_inputs_is_refused(tmp_path):
     with pytest.raises(SmoothcertError, match="reads ablation-encoded inputs"):
         run(model, brightness_data(MEANS[:2]), "brightness", out=tmp_path / "r.tsv")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_plot_of_a_tss_file_says_no_sigma(tmp_path):
+    """No pixel noise is drawn: the curves' title gives n and α, not "σ=0"."""
+    from smoothcert.evaluation.plots import run_parameters
+    from smoothcert.runs import certify_dataset
+    from smoothcert.runs.records import read_records
+
+    data = torch.utils.data.TensorDataset(torch.full((2, 1, 4, 4), 0.6),
+                                          torch.zeros(2, dtype=torch.long))
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 2))
+    out = tmp_path / "r.tsv"
+    certify_dataset(model, data, certifier="tss", options={"transform": "brightness"},
+                    n0=10, n=20, batch=20, num_classes=2, out=out)
+    assert run_parameters(read_records(out)) == {"n": 20, "alpha": 0.001}

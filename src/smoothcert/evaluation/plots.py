@@ -107,10 +107,13 @@ PARAMETERS = (("sigma", "σ"), ("n", "n"), ("alpha", "α"))  # record column, sy
 def run_parameters(records: Records) -> dict[str, float]:
     """σ, n and α of a record file, by column name: each column's value where all its rows
     agree, else the manifest identity's (e.g. a sequential run's n_max); omitted where neither
-    says (Cohen et al.'s files)."""
+    says (Cohen et al.'s files). A run that drew no noise (identity noise "none": ablation,
+    a semantic transformation) has no σ to say."""
     identity = (records.manifest or {}).get("identity", {})
     found = {}
     for column, _ in PARAMETERS:
+        if column == "sigma" and identity.get("noise") == "none":  # smoothing.ablation.NO_NOISE
+            continue
         values = np.unique(records[column]) if column in records and len(records) else ()
         if len(values) == 1:
             found[column] = values[0].item()
