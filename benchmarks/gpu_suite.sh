@@ -30,12 +30,18 @@
 #     seconds per image (n0 = 100, n = 10,000, batch 1000, lenet at 1x28x28, 20 images), the
 #     noise's draws alone, and its radius tables at d = 784 built and read; writes lp_noises.*.
 #     About a minute of an H200 (measured 2026-11-27, with the dds part in the same call).
+#   PART=tss: semantic transformations (benchmarks/tss_cost.py): CERTIFY with Gaussian noise
+#     against TSS per transformation (brightness, contrast, blur with the exact and the OpenCV
+#     kernel, translation; the paper's MNIST settings), seconds per image (n0 = 100,
+#     n = 10,000, batch 1000, lenet at 1x28x28, 20 images) and the drawing alone (perturb_);
+#     no authors' rows (their clone is not on the lent machine); writes tss_cost.*. Estimated
+#     under a minute of an H200 (the noises part's size, 6 rows instead of 9; not measured).
 # Results land in $OUT (default /tmp/gpu_suite): gpu_suite.md (the table), gpu_suite.json,
 # gpu_suite.log (stderr); PART=forward writes gpu_suite_forward.*. Extra arguments go to
 # gpu_suite.py, e.g. --peak-tflops 989 494.
 #     bash benchmarks/gpu_suite.sh && PART=forward bash benchmarks/gpu_suite.sh
 #     PART=dds bash benchmarks/gpu_suite.sh; PART=ablation bash benchmarks/gpu_suite.sh
-#     PART=noises bash benchmarks/gpu_suite.sh
+#     PART=noises bash benchmarks/gpu_suite.sh; PART=tss bash benchmarks/gpu_suite.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu_suite}
@@ -73,8 +79,14 @@ noises)
         --batch 1000 --rounds 3 "$@" 2> >(tee "$out/lp_noises.log" >&2) \
         | tee "$out/lp_noises.md"
     exit 0 ;;
+tss)
+    "$python" benchmarks/tss_cost.py --device cuda --images 20 --n0 100 --n 10000 \
+        --batch 1000 --rounds 3 "$@" 2> >(tee "$out/tss_cost.log" >&2) \
+        | tee "$out/tss_cost.md"
+    exit 0 ;;
 *)
-    echo "PART must be main or forward (or dds, ablation, noises), got ${PART}" >&2; exit 2 ;;
+    echo "PART must be main or forward (or dds, ablation, noises, tss), got ${PART}" >&2
+    exit 2 ;;
 esac
 "$python" benchmarks/gpu_suite.py --device cuda "${part[@]}" \
     --n 100000 --n0 100 --images 1 --rounds 1 --sweep-n 10000 --reference-n 10000 \
