@@ -7,11 +7,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..data.registry import DATASETS
 from ..errors import check_count
 from ..registry import option
 from ..smoothing.ablation import MODES, Ablation, ablate_
-from .base import TrainingMethod, register_method
+from .base import PerturbWith, TrainingMethod, dataset_shape, register_method
 
 
 @register_method("ablation")
@@ -64,7 +63,7 @@ class AblationTraining(TrainingMethod):
     def prepare(self, config, device: torch.device) -> None:
         """Refuse, before the run writes anything, a band wider than the dataset's images, a
         block larger than them or more pixels kept than they have."""
-        self.scheme.check(_dataset_shape(config))
+        self.scheme.check(dataset_shape(config))
 
     def ablate(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """A copy of the batch ``x`` (B, C, H, W) with each example ablated at its own random
@@ -81,23 +80,5 @@ class AblationTraining(TrainingMethod):
         """``test_acc``: the base classifier's accuracy on the test images, each ablated once at
         a random position (or pixel set) from ``generator`` (the same every epoch). Not a
         certified accuracy: ``certify --certifier ablation`` counts every position."""
-        return super().evaluate(model, data, _Ablator(self), generator, batch_size)
+        return super().evaluate(model, data, PerturbWith(self.ablate), generator, batch_size)
 
-
-class _Ablator:
-    """What the base class's ``evaluate`` perturbs its test batches with."""
-
-    def __init__(self, method: AblationTraining):
-        self.method = method
-
-    def perturb(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        return self.method.ablate(x, generator)
-
-
-def _dataset_shape(config) -> tuple[int, int, int]:
-    """The (C, H, W) of the run's images: the dataset's, or C×S×S for an image folder read at
-    ``image_size`` S."""
-    spec = DATASETS[config.dataset]
-    c, h, w = spec.input_shape
-    size = config.image_size
-    return (c, size, size) if spec.streamed and size else (c, h, w)

@@ -337,3 +337,22 @@ def eval_batches(data, batch_size: int,
 def nan_columns(method: TrainingMethod) -> dict[str, float]:
     """The method's test columns, unmeasured (NaN): a data-parallel rank other than 0."""
     return dict.fromkeys(method.test_columns, math.nan)
+
+
+class PerturbWith:
+    """A stand-in for a noise in :meth:`TrainingMethod.evaluate`: its test batches are
+    perturbed by ``fn(x, generator)`` (an ablation, a semantic transformation)."""
+
+    def __init__(self, fn: Callable[[torch.Tensor, torch.Generator], torch.Tensor]):
+        self.perturb = fn
+
+
+def dataset_shape(config) -> tuple[int, int, int]:
+    """The (C, H, W) of the run's images: the dataset's, or C×S×S for an image folder read at
+    ``image_size`` S."""
+    from ..data.registry import DATASETS
+
+    spec = DATASETS[config.dataset]
+    c, h, w = spec.input_shape
+    size = config.image_size
+    return (c, size, size) if spec.streamed and size else (c, h, w)

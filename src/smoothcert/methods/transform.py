@@ -6,12 +6,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..data.registry import DATASETS
 from ..errors import SmoothcertError
 from ..registry import option
 from ..transforms import Transformation, build_transformation, canonical_text
 from ..transforms.base import how_to_name
-from .base import TrainingMethod, register_method
+from .base import PerturbWith, TrainingMethod, dataset_shape, register_method
 
 
 @register_method("transform")
@@ -58,7 +57,7 @@ class TransformTraining(TrainingMethod):
     def prepare(self, config, device: torch.device) -> None:
         """Refuse, before the run writes anything, a missing transformation and one that does
         not fit the dataset's images (a shift's σ larger than them)."""
-        self.required().check_shape(_dataset_shape(config))
+        self.required().check_shape(dataset_shape(config))
 
     def loss(self, model, x, y, noise, generator):
         logits = model(self.required().transform(x, generator))
@@ -67,24 +66,6 @@ class TransformTraining(TrainingMethod):
     def evaluate(self, model, data, noise, generator, batch_size) -> dict[str, float]:
         """``test_acc``: the accuracy on the test images, each transformed by one draw from
         ``generator`` (the same every epoch). Not a certified accuracy."""
-        return super().evaluate(model, data, _Transformer(self.required()), generator,
+        return super().evaluate(model, data, PerturbWith(self.required().transform), generator,
                                 batch_size)
 
-
-class _Transformer:
-    """What the base class's ``evaluate`` perturbs its test batches with."""
-
-    def __init__(self, transformation: Transformation):
-        self.transformation = transformation
-
-    def perturb(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        return self.transformation.transform(x, generator)
-
-
-def _dataset_shape(config) -> tuple[int, int, int]:
-    """The (C, H, W) of the run's images: the dataset's, or C×S×S for an image folder read at
-    ``image_size`` S."""
-    spec = DATASETS[config.dataset]
-    c, h, w = spec.input_shape
-    size = config.image_size
-    return (c, size, size) if spec.streamed and size else (c, h, w)
