@@ -52,6 +52,18 @@ def print_environment(device: torch.device) -> None:
         print(f"{key}: {value}")
 
 
+def start_run(device: str, threads: int | None) -> tuple | None:
+    """A timing run's start: torch's ``threads`` (None: torch's own), the environment, and the
+    load average (the machine may be shared: only ratios within one run then count), which it
+    returns (None where the system does not say)."""
+    if threads:
+        torch.set_num_threads(threads)
+    print_environment(torch.device(device))
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    print(f"load average at start: {load[0]:.2f}" if load else "load average: unknown")
+    return load
+
+
 def package_versions(*names: str) -> dict:
     """Installed versions of ``names`` ("not installed" for a missing one), for the printout."""
     out = {}

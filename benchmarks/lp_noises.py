@@ -33,7 +33,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 from certify_throughput import make_model
-from common import print_environment
+from common import start_run
 from sound_noise import timed
 
 from smoothcert.noise import NOISES, tables
@@ -170,11 +170,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    print_environment(torch.device(args.device))
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    print(f"load average at start: {load[0]:.2f}" if load else "load average: unknown")
+    load = start_run(args.device, args.threads)
     print(f"\nworkload: CERTIFY of {args.images} random 8-bit images of 1x28x28, lenet (random "
           f"weights), σ = {args.sigma}, n0 = {args.n0}, n = {args.n}, batch {args.batch}; "
           f"radii at d = {DIM}; median of {args.rounds} interleaved rounds\n", flush=True)

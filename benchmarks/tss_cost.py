@@ -51,7 +51,7 @@ from pathlib import Path
 
 import torch
 from certify_throughput import make_model
-from common import print_environment
+from common import start_run
 from sound_noise import timed
 
 from smoothcert.noise import NOISES
@@ -324,11 +324,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    print_environment(torch.device(args.device))
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    print(f"load average at start: {load[0]:.2f}" if load else "load average: unknown")
+    load = start_run(args.device, args.threads)
     authors, line, real_cv2 = load_authors(args.authors, args.cv2)
     print(line)
     print(f"\nworkload: CERTIFY (Gaussian) and TSS of {args.images} random 8-bit images of "
