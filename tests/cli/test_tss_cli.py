@@ -97,8 +97,13 @@ def test_transform_is_the_tss_certifier_with_that_option(checkpoint, tmp_path, c
     (["--transform", "brightness:sigma_k=0.2,k_low=1.5"], "k_low is the smallest contrast "
                                                           "factor certified, in (0, 1]"),
     (["--transform", "contrast:sigma_k=-1"], "sigma_k must be a positive finite number"),
-    (["--transform", "rotation:angle=10"], "invalid choice: 'rotation:angle=10' (choose from "
-                                           "blur, brightness, contrast, translation)"),
+    (["--transform", "rotate:angle=10"], "invalid choice: 'rotate:angle=10' (choose from "
+                                         "blur, brightness, contrast, rotation, translation)"),
+    (["--transform", "rotation:angle=0"], "angle is the half-width of a range of angles in "
+                                          "degrees, in (0, 180], got 0.0"),
+    (["--transform", "rotation:angle=200"], "in (0, 180], got 200.0"),
+    (["--transform", "rotation:angle=40,slices=4"], "slices of 20 degrees are too wide for a "
+                                                    "8x8 image"),
     (["--transform", "brightness", "--sigma", "0.25"], "certifier 'tss' draws no noise: drop "
                                                        "--sigma and --noise"),
     (["--transform", "brightness", "--certifier", "certify"], "--transform certifies with "

@@ -42,6 +42,7 @@ from ..transforms.base import how_to_name
 from .certifier import Certifier, register_certifier
 from .certify import best_certify, note_too_few_draws
 from .columns import Column, Relation
+from .tss_slices import certify_slices
 
 
 @register_certifier("tss")
@@ -96,7 +97,8 @@ class TSS(Certifier):
         shape = getattr(DATASETS.get(config.dataset), "input_shape", None)
         if shape is not None:
             t.check_shape(shape)
-        note_too_few_draws(config, lambda n: best_certify(n, config.alpha, t.radius))
+        level = config.alpha / t.slices if t.sampled else config.alpha
+        note_too_few_draws(config, lambda n: best_certify(n, level, t.radius))
 
     def check_model(self, model: torch.nn.Module, input_shape) -> None:
         """Refuse a model of encoded inputs (ablation smoothing's) and a transformation that
@@ -114,6 +116,8 @@ class TSS(Certifier):
         cfg, t = run.config, self.required()
         x = run.smoothed.prepare_input(x)
         t.check_input(x)
+        if t.sampled:
+            return (yield from certify_slices(t, cfg, x, label, generator))
         selection, estimation = yield Draws(x, t, (cfg.n0, cfg.n), generator)
         c_hat = int(selection.argmax())
         n_a = int(estimation[c_hat])

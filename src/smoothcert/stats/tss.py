@@ -19,7 +19,9 @@ One function each:
 * ``contrast_range``, ``contrast_radius`` — ``ContrastTransformer.calc_radius`` (its bisection);
 * ``blur_radius`` — ``GaussianTransformer`` (uniform), ``ExpGaussianTransformer`` (exponential),
   ``FoldGaussianTransformer`` (folded Gaussian) ``.calc_radius``;
-* ``translation_radius`` — ``TranslationTransformer.calc_radius`` (cyclic, ``Translational``).
+* ``translation_radius`` — ``TranslationTransformer.calc_radius`` (cyclic, ``Translational``);
+* ``sampled_l2_radius`` — ``RotationBrightnessNoiseTransformer.calc_radius`` (and the resize
+  one): the ℓ2 radius that must cover the interpolation error of rotation and scaling.
 
 Brightness and contrast. φ(x; k, b) = e^k·(x + b) (their ``BrightnessScale`` after
 ``BrightnessShift``; images in ℝ^d, nothing clipped: the authors' answer in their issue #7),
@@ -283,3 +285,36 @@ def translation_radius(p_lower: float, sigma: float) -> float:
     if p <= 0.5:
         return 0.0
     return sigma * _upper_quantile(1.0 - p)
+
+
+def sampled_l2_radius(p_lower: float, sigma: float, sigma_b: float = 0.0,
+                      b: float = 0.0) -> float:
+    """The ℓ2 radius left for the interpolation error of a sampled transformation (rotation,
+    scaling; authors' ``RotationBrightnessNoiseTransformer.calc_radius`` and
+    ``ResizeBrightnessNoiseTransformer.calc_radius`` after ``set_brightness_shift(b)``).
+
+    Smoothing: ε ~ N(0, σ²I) on the pixels and, with σ_b > 0, a brightness shift β ~ N(0, σ_b²)
+    added to every pixel. If P(f(z + ε + β) = A) ≥ ``p_lower`` at a sample z, the smoothed
+    classifier returns A at z + δ + b₁ for every ‖δ‖₂ < R and |b₁| ≤ ``b``, with
+    R = σ·√(Φ⁻¹(p)² − (b/σ_b)²): Cohen's theorem in the Mahalanobis norm of the joint Gaussian
+    of (ε, β), ‖δ‖²/σ² + b₁²/σ_b² < Φ⁻¹(p)². σ_b = 0 (no brightness smoothing; then b must
+    be 0) gives σΦ⁻¹(p). 0.0 when nothing is certified; +inf at p_lower = 1. The margin
+    Φ⁻¹(p)² − (b/σ_b)² is lowered by 64 ulps of its terms, as :func:`brightness_shift_bound`'s.
+    """
+    p = _check_p(p_lower)
+    sigma = check_positive_finite("sigma", sigma)
+    sigma_b = check_nonnegative("sigma_b", sigma_b)
+    b = check_nonnegative("b", b)
+    if sigma_b == 0.0 and b != 0.0:
+        raise SmoothcertError("a brightness shift b > 0 is certified only with brightness "
+                              "smoothing: give sigma_b > 0")
+    if p <= 0.5:
+        return 0.0
+    z = _upper_quantile(1.0 - p)  # Φ⁻¹(p), from the exact 1 − p
+    if math.isinf(z):
+        return math.inf
+    if b == 0.0:
+        return sigma * z
+    t = b / sigma_b
+    margin = z * z - t * t - _MARGIN_ULPS * (z * z + t * t + 1.0)
+    return sigma * math.sqrt(margin) if margin > 0.0 else 0.0

@@ -56,6 +56,9 @@ class Transformation(Configurable, abc.ABC):
     example: ClassVar[str] = ""
     """A full name to show in help and errors (``brightness:sigma_b=0.2``)."""
     norm = None  # no ℓp ball: the radius is in :attr:`unit` (``certifiers/tss.py``)
+    sampled: ClassVar[bool] = False
+    """True for a transformation certified at sampled parameters with an interpolation bound
+    (rotation, scaling: ``sampled.py``); False for a resolvable one."""
 
     @abc.abstractmethod
     def draw(self, count: int, generator: torch.Generator | None,
