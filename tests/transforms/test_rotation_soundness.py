@@ -25,7 +25,7 @@ from smoothcert.runs import certify_dataset
 from smoothcert.stats import clopper_pearson_lower
 from smoothcert.transforms import build_transformation
 from smoothcert.transforms import interpolation as interp
-from smoothcert.transforms.sampled import SampledTransformation
+from smoothcert.transforms.rotation import Rotation
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::smoothcert.smoothing.smoothed.InputRangeWarning")
@@ -162,7 +162,7 @@ def test_certified_rotations_keep_the_smoothed_prediction_and_the_control_is_cau
     assert violations(rows, xs, h, angles) == []
     coarse = "rotation:sigma=0.002,angle=10,slices=4,subslices=20"
     assert violations(certify(model, xs, labels, coarse), xs, h, angles) == []
-    monkeypatch.setattr(SampledTransformation, "slice_bounds",
+    monkeypatch.setattr(Rotation, "slice_bounds",
                         lambda self, x: torch.zeros(self.slices, dtype=torch.float64))
     assert violations(certify(model, xs, labels, coarse), xs, h, angles) != []
 
@@ -174,6 +174,6 @@ def test_rows_say_the_weakest_slice_and_the_certified_angle():
     for row in rows:
         assert row["n"] == 1000 and row["factor_low"] == row["factor_high"] == 1.0
     t = build_transformation("rotation:sigma=0.25,angle=10,slices=40,subslices=40")
-    # the weakest slice's bound, at level α/S: still above that slice's interpolation error
-    assert rows[1]["p_lower"] == clopper_pearson_lower(rows[1]["nA"], 1000, 0.001 / 40)
+    # the weakest sample's bound, at level α/(S + 1): still above that slice's interpolation error
+    assert rows[1]["p_lower"] == clopper_pearson_lower(rows[1]["nA"], 1000, 0.001 / 41)
     assert t.radius(rows[1]["p_lower"]) > float(t.slice_bounds(xs[1]).sqrt().min())

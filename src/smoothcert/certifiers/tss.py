@@ -97,7 +97,7 @@ class TSS(Certifier):
         shape = getattr(DATASETS.get(config.dataset), "input_shape", None)
         if shape is not None:
             t.check_shape(shape)
-        level = config.alpha / t.slices if t.sampled else config.alpha
+        level = config.alpha / (t.slices + 1) if t.sampled else config.alpha
         note_too_few_draws(config, lambda n: best_certify(n, level, t.radius))
 
     def check_model(self, model: torch.nn.Module, input_shape) -> None:

@@ -3,21 +3,25 @@ authors' ``semantic/strict_rotation_certify.py`` and ``strict_resize_certify.py`
 ``tss`` certifier's program for a :class:`~smoothcert.transforms.sampled.SampledTransformation`.
 
 ĉ_A is the top class of ``n0`` draws of the smoothing at x itself. Then the S slices of the
-certified interval are visited nearest the identity first, a few at a time (:data:`WAVE`): for
-slice j, ``n`` fresh draws at its sample T(x, θ_j) give p_j, the one-sided Clopper–Pearson
-bound of ĉ_A's votes at level α/S, and the slice is certified when the ℓ2 radius of p_j
-exceeds M_j (the interpolation bound, plus the sample's rounding to the input's dtype). The
-visit stops at the first slice that is not; ``radius`` is its distance from the identity (the
-whole interval when every slice is certified). Guarantee: with probability ≥ 1 − α (a union
-bound over the at most S tests; the selection needs none), the smoothed classifier predicts
-ĉ_A at every T(x, θ) with θ within ``radius`` of the identity. ``predict`` is −1 (an
-abstention, radius 0) when the slice holding the identity is not certified.
+certified interval are visited nearest the identity first, a few at a time (:data:`WAVE`).
+Slice j's bound M_j is measured from one or both of its ends (its *anchors*: rotation's left
+end; scaling's right end, or both where the slice holds a point at which a pixel enters the
+image's border). At an anchor θ_k, ``n`` fresh draws at the sample T(x, θ_k) give p_k, the
+one-sided Clopper–Pearson bound of ĉ_A's votes at level α/(S + 1), once for every slice that
+needs it; the slice is certified when the ℓ2 radius of p_k exceeds M_j (plus the sample's
+rounding to the input's dtype) at each of its anchors. The visit stops at the first slice that
+is not; ``radius`` is its distance from the identity (the whole interval when every slice is
+certified). Guarantee: with probability ≥ 1 − α (a union bound over the at most S + 1 sample
+points; the selection needs none), the smoothed classifier predicts ĉ_A at every T(x, θ) with
+θ within ``radius`` of the identity. ``predict`` is −1 (an abstention, radius 0) when a slice
+holding the identity is not certified.
 
 The authors' loop differs in three ways, none of which changes what a certified row means:
-they select ĉ_A with a binomial test at α and divide α by S + 1; they stop a slice's draws
-early once its radius exceeds M_j (here every slice gets its ``n``); and their row says
-certified only when all slices are, with a radius column that is the last slice's ℓ2 margin.
-Records: ``p_lower`` and ``nA`` are those of the weakest slice tested (the failing one, if any).
+they select ĉ_A with a binomial test at α (dividing α by S + 1 for the slices, as here); they
+stop a sample's draws early once its radius exceeds M (here every sample gets its ``n``), and
+their M is the largest M_j of all slices; and their row says certified only when all slices
+are, with a radius column that is the last slice's ℓ2 margin. Records: ``p_lower`` and ``nA``
+are those of the weakest sample tested (the failing one, if any).
 """
 
 from __future__ import annotations
@@ -38,26 +42,24 @@ def certify_slices(t, cfg, x, label, generator):
     """The program's body (module docstring); yields Draws, returns the row."""
     selection = yield Draws(x, SampleSweep(t, x[None], (cfg.n0,)), (cfg.n0,), generator)
     c_hat = int(np.asarray(selection)[0].argmax())
-    bounds = t.slice_bounds(x).cpu().numpy()
+    bounds = np.sqrt(t.slice_bounds(x).cpu().numpy())
+    need = t.anchors(tuple(x.shape))
     order, inner = t.slice_order()
-    level = cfg.alpha / t.slices
-    weakest, failed = (math.inf, 0), None
+    tested: dict[int, tuple[float, int, float]] = {}  # point -> (p_lower, nA, radius left)
+    failed = None
     for start in range(0, len(order), WAVE):
         wave = order[start:start + WAVE]
-        samples, rounding = t.samples(x, wave)
-        sizes = (cfg.n,) * len(wave)
-        counts = yield Draws(x, SampleSweep(t, samples, sizes), sizes, generator)
-        for k, j in enumerate(wave):
-            n_a = int(np.asarray(counts)[k][c_hat])
-            p_lower = clopper_pearson_lower(n_a, cfg.n, level)
-            weakest = min(weakest, (p_lower, n_a))
-            if not t.radius(p_lower) > math.sqrt(bounds[j]) + float(rounding[k]):
-                failed = j
-                break
+        points = sorted({int(j + side) for j in wave for side in (0, 1) if need[j, side]}
+                        - tested.keys())
+        if points:
+            tested.update((yield from _test_points(t, cfg, x, c_hat, points, generator)))
+        failed = next((j for j in wave if not all(
+            tested[j + side][2] > bounds[j] for side in (0, 1) if need[j, side])), None)
         if failed is not None:
             break
-    distance = inner[failed] if failed is not None else math.inf
-    radius, low, high = t.certified_set(float(distance))
+    radius, low, high = t.certified_set(float(inner[failed]) if failed is not None
+                                        else math.inf)
+    weakest = min(((p, n_a) for p, n_a, _ in tested.values()), default=(1.0, cfg.n))
     abstain = not radius > 0.0
     predict = -1 if abstain else c_hat
     return {"predict": predict, "radius": 0.0 if abstain else radius,
@@ -65,3 +67,18 @@ def certify_slices(t, cfg, x, label, generator):
             "n0": cfg.n0, "n": cfg.n, "alpha": cfg.alpha,
             "factor_low": 1.0 if abstain else float(low),
             "factor_high": 1.0 if abstain else float(high)}
+
+
+def _test_points(t, cfg, x, c_hat, points, generator):
+    """{point: (p_lower, nA, the ℓ2 radius less the sample's rounding)} from ``n`` draws at
+    each sample, at level α/(S + 1)."""
+    samples, rounding = t.samples(x, points)
+    sizes = (cfg.n,) * len(points)
+    counts = np.asarray((yield Draws(x, SampleSweep(t, samples, sizes), sizes, generator)))
+    level = cfg.alpha / (t.slices + 1)
+    out = {}
+    for k, point in enumerate(points):
+        n_a = int(counts[k][c_hat])
+        p_lower = clopper_pearson_lower(n_a, cfg.n, level)
+        out[point] = (p_lower, n_a, t.radius(p_lower) - float(rounding[k]))
+    return out

@@ -74,7 +74,15 @@ class Rotation(SampledTransformation):
         return interpolation.rotate(x, params)
 
     def lipschitz(self, x, edges):
+        """(S,) the authors' Lipschitz constants (per degree) of each slice."""
         return interpolation.rotation_lipschitz(x, edges[:-1], edges[1:])
+
+    def slice_bounds(self, x):
+        """M_j² from slice j's left end (the authors' aliasing analysis)."""
+        self.check_values(x)
+        edges = self.edges().to(x.device)
+        return interpolation.slice_bounds(x, self.geometric, edges, self.subslices,
+                                          self.lipschitz(x, edges))
 
     def mask(self, h, w, device):
         return interpolation.disc_mask(h, w, device)

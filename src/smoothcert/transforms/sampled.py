@@ -30,7 +30,6 @@ import torch
 
 from ..errors import SmoothcertError, check_count, check_nonnegative, check_positive_finite
 from ..stats.tss import sampled_l2_radius
-from . import interpolation
 from .base import Transformation
 
 
@@ -50,8 +49,9 @@ class SampledTransformation(Transformation):
     """A transformation certified at S sampled parameters with TSS's interpolation bound.
 
     Subclasses set :attr:`identity`, and implement :meth:`edges` (the S + 1 slice ends),
-    :meth:`geometric` (T in float64), :meth:`lipschitz` (one constant per slice),
-    :meth:`mask` and :meth:`certified_set`."""
+    :meth:`geometric` (T in float64), :meth:`slice_bounds` (M_j² per slice, from
+    :mod:`.interpolation`), :meth:`mask`, :meth:`certified_set` and :meth:`train_range`;
+    :meth:`anchors` says which ends of a slice its bound is measured from."""
 
     sampled: ClassVar[bool] = True
     identity: ClassVar[float] = 0.0
@@ -66,8 +66,17 @@ class SampledTransformation(Transformation):
         """(B, C, H, W) float64: T(x, θ_b) for ``params`` (B,), masked."""
 
     @abc.abstractmethod
-    def lipschitz(self, x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
-        """(S,) float64 Lipschitz constants of θ ↦ ‖T(x, θ) − T(x, θ_j)‖² on each slice."""
+    def slice_bounds(self, x: torch.Tensor) -> torch.Tensor:
+        """(S,) float64 M_j²: every T(x, θ), θ in slice j, lies within ℓ2 distance M_j of one
+        of the slice's anchors (:meth:`anchors`) — of each anchor, when the slice has one."""
+
+    def anchors(self, shape) -> np.ndarray:
+        """(S, 2) bool: whether slice j needs its left and its right end certified, for inputs
+        of ``shape`` (C, H, W). By default its left end (θ_j), as rotation's bound measures
+        from it."""
+        need = np.zeros((self.slices, 2), dtype=bool)
+        need[:, 0] = True
+        return need
 
     @abc.abstractmethod
     def mask(self, h: int, w: int, device) -> torch.Tensor | None:
@@ -86,13 +95,6 @@ class SampledTransformation(Transformation):
         """The ℓ2 radius certified at a sample (what the interpolation error must stay
         under); the record's radius is :meth:`certified_set`'s."""
         return sampled_l2_radius(p_lower, self.sigma, self.sigma_b, self.b)
-
-    def slice_bounds(self, x: torch.Tensor) -> torch.Tensor:
-        """(S,) float64 M_j²: the squared ℓ2 interpolation error bound of each slice at x."""
-        self.check_values(x)
-        edges = self.edges().to(x.device)
-        return interpolation.slice_bounds(x, self.geometric, edges, self.subslices,
-                                          self.lipschitz(x, edges))
 
     def check_values(self, x: torch.Tensor) -> None:
         """The bound's |T_p(θ) − T_p(θ')| ≤ max(T_p(θ), T_p(θ')) needs pixel values >= 0."""
@@ -137,11 +139,12 @@ class SampledTransformation(Transformation):
         return self.add_noise_(self.apply(x, self.draw(x.shape[0], generator, x.device)),
                                generator)
 
-    def samples(self, x: torch.Tensor, slices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """The samples T(x, θ_j) of ``slices`` in x's dtype, and each one's ℓ2 distance from its
-        float64 value (the rounding the model's input adds to the interpolation error)."""
+    def samples(self, x: torch.Tensor, points) -> tuple[torch.Tensor, torch.Tensor]:
+        """The samples T(x, θ_k) at the slice ends of indices ``points`` in x's dtype, and each
+        one's ℓ2 distance from its float64 value (the rounding the model's input adds to the
+        interpolation error)."""
         edges = self.edges().to(x.device)
-        exact = self.geometric(x, edges[torch.as_tensor(slices, device=x.device)])
+        exact = self.geometric(x, edges[torch.as_tensor(points, device=x.device)])
         cast = exact.to(x.dtype)
         rounding = (cast.to(torch.float64) - exact).flatten(1).norm(dim=1)
         return cast, rounding
