@@ -28,7 +28,7 @@ only when the sample moves at most one pixel: r_p · (θ_{j+1} − θ_j) in radi
 Floating point. Everything is computed in float64 (the authors' in float32, so theirs differ
 from these in the 7th digit; ``tests/transforms/test_interpolation_golden.py``). A sum of n
 squares of values in [0, 1] rounds by at most n·ε relative and a few ε absolute per term, so
-each M_j² is raised by 2nε relative and 4nε absolute (``_raise``): an over-estimate, never an
+each M_j² is raised by 2nε relative and 4nε absolute (:func:`raised_for_rounding`): an over-estimate, never an
 under-estimate, of the bound computed exactly.
 """
 
@@ -182,10 +182,10 @@ def slice_bounds(x: torch.Tensor, transform, edges: torch.Tensor, subslices: int
         errors = ((images - images[:, :1]) ** 2).sum(dim=2)
         out.append(((errors[:, :-1] + errors[:, 1:]) / 2.0).max(dim=1).values)
     width = (edges[1:] - edges[:-1]) / subslices
-    return _raise(torch.cat(out) + width * lipschitz / 2.0, x.numel())
+    return raised_for_rounding(torch.cat(out) + width * lipschitz / 2.0, x.numel())
 
 
-def _raise(bound: torch.Tensor, terms: int) -> torch.Tensor:
+def raised_for_rounding(bound: torch.Tensor, terms: int) -> torch.Tensor:
     """``bound`` raised by 2nε relative and 4nε absolute (n = ``terms``): the float64 rounding
     of a sum of n squares of values in [0, 1] (module docstring)."""
     return bound * (1.0 + 2.0 * terms * _EPS) + 4.0 * terms * _EPS
