@@ -28,8 +28,8 @@ only when the sample moves at most one pixel: r_p · (θ_{j+1} − θ_j) in radi
 Floating point. Everything is computed in float64 (the authors' in float32, so theirs differ
 from these in the 7th digit; ``tests/transforms/test_interpolation_golden.py``). A sum of n
 squares of values in [0, 1] rounds by at most n·ε relative and a few ε absolute per term, so
-each M_j² is raised by 2nε relative and 4nε absolute (:func:`raised_for_rounding`): an over-estimate, never an
-under-estimate, of the bound computed exactly.
+each M_j² is raised by 2nε relative and 4nε absolute (:func:`raised_for_rounding`): an
+over-estimate, never an under-estimate, of the bound computed exactly.
 """
 
 from __future__ import annotations
