@@ -40,6 +40,22 @@ def test_the_loss_is_cross_entropy_on_the_transformed_batch(transform):
     torch.testing.assert_close(out["logits"], model(moved), rtol=0, atol=0)
 
 
+def test_a_sampled_transformation_trains_on_transformed_then_noisy_inputs():
+    """Rotation (TSS's strict-rotation-noise): a uniform angle within train_angle, the pixel
+    noise, the disc mask, one draw per example from the trainer's generator."""
+    model, (x, y) = tiny(), batch()
+    text = "rotation:sigma=0.2,angle=10,train_angle=15,slices=20"
+    out = build_method("transform", transform=text).loss(
+        model, x, y, None, torch.Generator().manual_seed(7))
+    moved = build_transformation(text).transform(x, torch.Generator().manual_seed(7))
+    assert moved[:, :, 0, 0].abs().max() == 0  # the corner is off the disc
+    torch.testing.assert_close(out["loss"], F.cross_entropy(model(moved), y), rtol=0, atol=0)
+    config = SimpleNamespace(dataset="digits", image_size=None)
+    with pytest.raises(SmoothcertError, match="slices of 20 degrees are too wide for a 8x8"):
+        build_method("transform", transform="rotation:angle=20,slices=2").prepare(config,
+                                                                                  "cpu")
+
+
 def test_the_method_trains_without_noise_and_stores_one_name():
     assert not METHODS["transform"].uses_noise
     method = build_method("transform", transform="translation")

@@ -15,15 +15,23 @@ abstains (``predict`` −1, radius 0) where the radius is not positive (p_lower 
 contrast margin that eats the shift bound). The authors abstain below a radius of 10⁻⁶ and
 run their n draws in batches, keeping the last batch's bound: the same bound on all n.
 
-No pixel noise is drawn: the transformation is the smoothing distribution, so the run's
-``--noise``/``--sigma`` are none (``uses_noise`` False, as ablation smoothing) and its
-parameters live in the identity's ``options.transform``, written in one canonical text
+Rotation and scaling are not resolvable: for them (``Transformation.sampled``) the smoothed
+classifier adds Gaussian pixel noise instead, and the program is TSS's sampling-based
+certification (``tss_slices.py``): ``radius`` is the certified range of angles (degrees) or
+scale factors (1 ± radius, the factors in ``factor_low``, ``factor_high``), with the same
+guarantee and α.
+
+The run draws no noise of its own: the transformation is the smoothing distribution (a sampled
+one's pixel noise is one of its parameters), so the run's ``--noise``/``--sigma`` are none
+(``uses_noise`` False, as ablation smoothing) and its parameters live in the identity's
+``options.transform``, written in one canonical text
 (:func:`smoothcert.transforms.canonical_name`: every parameter, defaults included).
 
 Records: Cohen et al.'s columns (``radius`` in the transformation's unit: :meth:`radius_norm`,
 which ``report`` shows), then ``p_lower``, ``nA``, ``n0``, ``n``, ``alpha``, and
-``factor_low``, ``factor_high``: the contrast factors e^k the certificate covers (contrast: the
-certified range; brightness: [k_low, k_high]; 1 and 1 for blur, translation and abstentions).
+``factor_low``, ``factor_high``: the factors the certificate covers — contrast factors e^k
+(contrast: the certified range; brightness: [k_low, k_high]) or scale factors (scaling); 1 and
+1 for blur, translation, rotation and abstentions.
 """
 
 from __future__ import annotations
@@ -65,9 +73,10 @@ class TSS(Certifier):
     columns = ("idx", "label", "predict", "radius", "correct", "time",
                "p_lower", "nA", "n0", "n", "alpha", "factor_low", "factor_high", "seed")
     column_rules = {
-        "factor_low": Column("float", "factor_low is a contrast factor in (0, 1]", low=0.0,
-                             high=1.0, low_open=True),
-        "factor_high": Column("float", "factor_high is a finite contrast factor >= 1", low=1.0),
+        "factor_low": Column("float", "factor_low is a contrast or scale factor in (0, 1]",
+                             low=0.0, high=1.0, low_open=True),
+        "factor_high": Column("float", "factor_high is a finite contrast or scale factor >= 1",
+                              low=1.0),
     }
     relations = (Relation(("factor_low", "factor_high", "predict"),
                           lambda lo, hi, p: (p == -1) & ((lo != 1) | (hi != 1)),
