@@ -36,6 +36,9 @@
 #     n = 10,000, batch 1000, lenet at 1x28x28, 20 images) and the drawing alone (perturb_);
 #     no authors' rows (their clone is not on the lent machine); writes tss_cost.*. Estimated
 #     under a minute of an H200 (the noises part's size, 6 rows instead of 9; not measured).
+#     Then rotation certified by sampling (benchmarks/tss_sampling.py: the interpolation bound
+#     per image, and 100 samples at n = 10,000 against CERTIFY, 5 images, 2 rounds); writes
+#     tss_sampling.*. Estimated 2-3 minutes (5.5M forwards of lenet per round; not measured).
 # Results land in $OUT (default /tmp/gpu_suite): gpu_suite.md (the table), gpu_suite.json,
 # gpu_suite.log (stderr); PART=forward writes gpu_suite_forward.*. Extra arguments go to
 # gpu_suite.py, e.g. --peak-tflops 989 494.
@@ -83,6 +86,9 @@ tss)
     "$python" benchmarks/tss_cost.py --device cuda --images 20 --n0 100 --n 10000 \
         --batch 1000 --rounds 3 "$@" 2> >(tee "$out/tss_cost.log" >&2) \
         | tee "$out/tss_cost.md"
+    "$python" benchmarks/tss_sampling.py --device cuda --images 5 --n0 100 --n 10000 \
+        --batch 2000 --rounds 2 2> >(tee "$out/tss_sampling.log" >&2) \
+        | tee "$out/tss_sampling.md"
     exit 0 ;;
 *)
     echo "PART must be main or forward (or dds, ablation, noises, tss), got ${PART}" >&2

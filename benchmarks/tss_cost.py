@@ -54,6 +54,7 @@ from certify_throughput import make_model
 from common import start_run
 from sound_noise import timed
 
+from smoothcert.errors import SmoothcertError
 from smoothcert.noise import NOISES
 from smoothcert.runs import certify_dataset
 from smoothcert.transforms import build_transformation
@@ -317,8 +318,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="a folder to import OpenCV from (added at the end of sys.path), for "
                         "their blur")
     args = p.parse_args(argv)
-    for text in args.transforms:
-        build_transformation(text)  # a bad name fails here, before any timing
+    for text in args.transforms:  # a bad name fails here, before any timing
+        if build_transformation(text).sampled:
+            raise SmoothcertError(f"{text} is certified by sampling: "
+                                  "benchmarks/tss_sampling.py times it")
     return args
 
 

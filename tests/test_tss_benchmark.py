@@ -75,7 +75,9 @@ def test_default_transformations_and_bad_names(tss):
                                                                                  "opencv"}
     assert args.authors is None
     with pytest.raises(SmoothcertError):
-        tss.parse_args(["--transforms", "rotation:sigma=3"])
+        tss.parse_args(["--transforms", "rotate:sigma=3"])
+    with pytest.raises(SmoothcertError, match="by sampling: benchmarks/tss_sampling.py"):
+        tss.parse_args(["--transforms", "rotation:sigma=0.3"])
 
 
 def test_tiny_run_prints_one_row_per_smoothing(tss, capsys):
@@ -143,3 +145,35 @@ def test_gpu_suite_part_runs_the_benchmark(tss, tmp_path):
     args = tss.parse_args(argv[1:])
     assert args.device == "cuda" and (args.n0, args.n, args.batch) == (100, 10_000, 1000)
     assert args.images == 20 and args.transforms == list(tss.TRANSFORMS)
+
+
+@pytest.fixture(scope="module")
+def sampling():
+    with benchmark_module("tss_sampling") as module:
+        yield module
+
+
+def test_sampling_tiny_run_times_the_bound_and_every_sample(sampling, capsys):
+    """No --authors: one row for the bound, one for certification against CERTIFY; every
+    sample visited (the bound set to 0 in the certify job, and only there)."""
+    t = "rotation:sigma=0.25,angle=10,slices=6,subslices=3"
+    sampling.main(["--device", "cpu", "--images", "1", "--n0", "10", "--n", "20", "--batch",
+                   "25", "--rounds", "1", "--transform", t])
+    text = capsys.readouterr().out
+    assert "| interpolation bound |" in text and "– (no --authors)" in text
+    assert "| certification (S = 6 samples) |" in text and "per draw" in text
+    assert "samples visited per image: 6.0" in text
+    import torch
+
+    from smoothcert.transforms import build_transformation
+    rotation = build_transformation(t)
+    assert float(rotation.slice_bounds(torch.rand(1, 28, 28)).min()) > 0  # restored
+
+
+def test_sampling_refuses_another_transformation_and_the_gpu_part_parses(sampling, tmp_path):
+    with pytest.raises(SmoothcertError, match="this benchmark times rotation"):
+        sampling.parse_args(["--transform", "translation:sigma=3"])
+    argv = gpu_suite_argv("tss", "tss_sampling.md", tmp_path)
+    assert argv[0] == "benchmarks/tss_sampling.py"
+    args = sampling.parse_args(argv[1:])
+    assert args.device == "cuda" and (args.n, args.images) == (10_000, 5)
