@@ -98,10 +98,15 @@ def test_transform_is_the_tss_certifier_with_that_option(checkpoint, tmp_path, c
                                                           "factor certified, in (0, 1]"),
     (["--transform", "contrast:sigma_k=-1"], "sigma_k must be a positive finite number"),
     (["--transform", "rotate:angle=10"], "invalid choice: 'rotate:angle=10' (choose from "
-                                         "blur, brightness, contrast, rotation, translation)"),
+                                         "blur, brightness, contrast, rotation, scaling, "
+                                         "translation)"),
     (["--transform", "rotation:angle=0"], "angle is the half-width of a range of angles in "
                                           "degrees, in (0, 180], got 0.0"),
     (["--transform", "rotation:angle=200"], "in (0, 180], got 200.0"),
+    (["--transform", "scaling:low=0"], "low is a scale factor, a finite number > 0"),
+    (["--transform", "scaling:low=-0.5"], "low is a scale factor, a finite number > 0"),
+    (["--transform", "scaling:low=0.5,high=2,slices=2"], "in 1/scale are too wide for a 8x8 "
+                                                         "image"),
     (["--transform", "rotation:angle=40,slices=4"], "slices of 20 degrees are too wide for a "
                                                     "8x8 image"),
     (["--transform", "brightness", "--sigma", "0.25"], "certifier 'tss' draws no noise: drop "

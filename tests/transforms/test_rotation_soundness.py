@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
+from sampled_helpers import Linear, blobs, certify
 
-from smoothcert.runs import certify_dataset
 from smoothcert.stats import clopper_pearson_lower
 from smoothcert.transforms import build_transformation
 from smoothcert.transforms import interpolation as interp
@@ -29,20 +28,6 @@ from smoothcert.transforms.rotation import Rotation
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::smoothcert.smoothing.smoothed.InputRangeWarning")
-
-
-def blobs(count, size, channels=1, seed=0):
-    """Smooth images in [0, 1]: a few Gaussian blobs each."""
-    g = torch.Generator().manual_seed(seed)
-    i = torch.arange(size, dtype=torch.float64)
-    out = torch.zeros((count, channels, size, size), dtype=torch.float64)
-    for k in range(count):
-        for _ in range(3):
-            cy, cx = (torch.rand(2, generator=g, dtype=torch.float64) * (size - 1)).tolist()
-            width = 1.0 + 3.0 * float(torch.rand((), generator=g))
-            bump = torch.exp(-((i[:, None] - cy) ** 2 + (i[None, :] - cx) ** 2) / width**2)
-            out[k] += bump * torch.rand((channels, 1, 1), generator=g, dtype=torch.float64)
-    return (out / out.amax(dim=(1, 2, 3), keepdim=True)).float()
 
 
 def fine_errors(t, x, fine=150):
@@ -91,19 +76,6 @@ def test_the_control_without_the_lipschitz_term_is_caught():
     assert missed > 0
 
 
-class Linear(nn.Module):
-    """Two logits (−h, h), h = v·z + c0 on the (masked) input z."""
-
-    def __init__(self, v, c0):
-        super().__init__()
-        self.register_buffer("v", v.flatten().double())
-        self.c0 = c0
-
-    def forward(self, z):
-        h = z.flatten(1).double() @ self.v + self.c0
-        return torch.stack([-h, h], dim=1)
-
-
 SIZE, KAPPA, C0 = 13, 30.0, -15.0
 
 
@@ -144,13 +116,6 @@ def violations(rows, xs, h, angles):
         if bool((signs != bool(row["predict"])).any()):
             bad.append(row["idx"])
     return bad
-
-
-def certify(model, xs, labels, transform, **kwargs):
-    data = torch.utils.data.TensorDataset(xs, labels)
-    return certify_dataset(model, data, certifier="tss", options={"transform": transform},
-                           n0=64, n=1000, alpha=0.001, batch=512, seed=3, num_classes=2,
-                           **kwargs)
 
 
 def test_certified_rotations_keep_the_smoothed_prediction_and_the_control_is_caught(

@@ -5,10 +5,10 @@
 Importing the package registers every file in this folder: ``brightness`` and ``contrast``
 (``brightness.py``: x → e^k (x + b), one distribution, two certificates), ``blur``
 (``blur.py``: a Gaussian blur of random variance, OpenCV's kernel and borders) and
-``translation`` (``translation.py``: cyclic shifts by rounded Gaussian offsets). A new
-transformation is one new file here. Transformations that are not resolvable (rotation,
-scaling: TSS's interpolation bound and added Gaussian noise) fit the same base class: their
-``draw`` adds the pixel noise's seed stream, their ``radius`` subtracts the bound.
+``translation`` (``translation.py``: cyclic shifts by rounded Gaussian offsets), and the
+transformations certified by sampling (``sampled.py``: Gaussian pixel noise, sampled parameters
+and the interpolation bound of ``interpolation.py`` between them): ``rotation``
+(``rotation.py``) and ``scaling`` (``scaling.py``). A new transformation is one new file here.
 """
 
 from ..registry import import_submodules

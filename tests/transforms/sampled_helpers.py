@@ -1,0 +1,48 @@
+"""Helpers shared by the soundness tests of TSS's sampled transformations
+(test_rotation_soundness.py, test_scaling_soundness.py): smooth test images, a linear model
+whose Gaussian-smoothed classifier is itself, and one certification run through
+``certify_dataset``. Not collected (no ``test_`` prefix)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from smoothcert.runs import certify_dataset
+
+
+def blobs(count, size, channels=1, seed=0, width=None):
+    """Smooth images in [0, 1]: a few Gaussian blobs each; ``width`` columns (default square)."""
+    g = torch.Generator().manual_seed(seed)
+    width = size if width is None else width
+    i = torch.arange(size, dtype=torch.float64)
+    j = torch.arange(width, dtype=torch.float64)
+    out = torch.zeros((count, channels, size, width), dtype=torch.float64)
+    for k in range(count):
+        for _ in range(3):
+            cy, cx = (torch.rand(2, generator=g, dtype=torch.float64) * (size - 1)).tolist()
+            spread = 1.0 + 3.0 * float(torch.rand((), generator=g))
+            bump = torch.exp(-((i[:, None] - cy) ** 2 + (j[None, :] - cx) ** 2) / spread**2)
+            out[k] += bump * torch.rand((channels, 1, 1), generator=g, dtype=torch.float64)
+    return (out / out.amax(dim=(1, 2, 3), keepdim=True)).float()
+
+
+class Linear(nn.Module):
+    """Two logits (−h, h), h = v·z + c0 on the input z."""
+
+    def __init__(self, v, c0):
+        super().__init__()
+        self.register_buffer("v", v.flatten().double())
+        self.c0 = c0
+
+    def forward(self, z):
+        h = z.flatten(1).double() @ self.v + self.c0
+        return torch.stack([-h, h], dim=1)
+
+
+def certify(model, xs, labels, transform, **kwargs):
+    """``certify_dataset`` with the tss certifier and ``transform``: n0 64, n 1000, α 0.001."""
+    data = torch.utils.data.TensorDataset(xs, labels)
+    return certify_dataset(model, data, certifier="tss", options={"transform": transform},
+                           n0=64, n=1000, alpha=0.001, batch=512, seed=3, num_classes=2,
+                           **kwargs)
