@@ -177,20 +177,30 @@ def main(argv=None) -> None:
 
 
 def table(times: dict, t, args) -> str:
+    """Seconds per image (medians over rounds) and each ratio as the median over rounds of the
+    two jobs' times in the same round (the drift of a shared machine cancels), then each
+    round's ratios."""
     per = {key: statistics.median(v) / args.images for key, v in times.items()}
+    draws = (t.slices * args.n + args.n0) / (args.n + args.n0)
+    certify = [a / b for a, b in zip(times["certify"], times["gaussian"])]
     lines = ["| part | ours s/image | compared with | its s/image | ratio |",
              "| --- | ---: | --- | ---: | ---: |"]
-    if "authors bound" in per:
-        theirs = per["authors bound"] * t.slices / (t.slices + 2)  # per our S slices
+    bound = []
+    if "authors bound" in per:  # their loop visits S + 2 slices: per our S
+        bound = [a * t.slices / (t.slices + 2) / b
+                 for a, b in zip(times["authors bound"], times["bound"])]
+        theirs = per["authors bound"] * t.slices / (t.slices + 2)
         lines.append(f"| interpolation bound | {per['bound']:.3f} | authors' aliasing loop "
-                     f"| {theirs:.3f} | authors ÷ ours {theirs / per['bound']:.1f} |")
+                     f"| {theirs:.3f} | authors ÷ ours {statistics.median(bound):.1f} |")
     else:
         lines.append(f"| interpolation bound | {per['bound']:.3f} | – (no --authors) | – | – |")
-    ratio = per["certify"] / per["gaussian"]
-    draws = (t.slices * args.n + args.n0) / (args.n + args.n0)
+    ratio = statistics.median(certify)
     lines.append(f"| certification (S = {t.slices} samples) | {per['certify']:.3f} | CERTIFY, "
                  f"Gaussian σ = {t.sigma:g} | {per['gaussian']:.3f} | × Gaussian "
                  f"{ratio:.1f}; per draw {ratio / draws:.2f} |")
+    lines.append("\nper round: certify × Gaussian " + "/".join(f"{v:.1f}" for v in certify)
+                 + ("; authors ÷ ours (bound) " + "/".join(f"{v:.1f}" for v in bound)
+                    if bound else ""))
     return "\n".join(lines)
 
 
