@@ -1,16 +1,16 @@
-"""TSS's sampling-based certification of rotation (Li et al., CCS 2021; issue 47, item 5):
-seconds per image of its two parts against the authors' loops and against CERTIFY.
+"""TSS's sampling-based certification of rotation and scaling (Li et al., CCS 2021; issue 47,
+item 5): seconds per image of its two parts against the authors' loops and against CERTIFY.
 
 In one run on one device, on ``--images`` random 8-bit inputs of ``--shape`` (default
 Fashion-MNIST's 1×28×28; ``lenet``, random weights: the cost of a forward does not depend on
 them), median over ``--rounds`` interleaved rounds:
 
-* ``bound``: the interpolation bound of every slice (``Rotation.slice_bounds``: all
-  S·(R + 1) rotations of a block in one batched call, float64), against (``--authors PATH``)
+* ``bound``: the interpolation bound of every slice (``slice_bounds``: all S·(R + 1)
+  transformed images of a block in one batched call, float64), against (``--authors PATH``)
   the authors' aliasing analysis, the ``__main__`` block of their
-  ``semantic/strict_rotation_aliasing_analyze.py`` run as it is on the same image (one
-  ``Rotation.proc`` call per sub-interval end, float32; their grid visits S + 2 slices,
-  ours S: the ratio is per slice);
+  ``semantic/strict_rotation_aliasing_analyze.py`` (or ``strict_resize_aliasing_analyze.py``)
+  run as it is on the same image at our grid (one ``proc`` call per sub-interval end, float32;
+  their rotation grid visits S + 2 slices, ours S: the ratio is per slice);
 * ``certify``: ``certify_dataset(..., certifier="tss")`` with the rotation: n0 selection draws,
   then n draws at each of the S samples, against CERTIFY with Gaussian noise at the same σ, n0
   and n. A random-weight model on random images has a large interpolation bound and would stop
@@ -51,30 +51,44 @@ from smoothcert.transforms import build_transformation
 CLASSES = 10
 
 
-def their_aliasing(root: Path):
-    """Their aliasing analysis' ``get_finer_lipschitz_bound`` and ``__main__`` block, as code
+FILES = {"rotation": ("strict_rotation_aliasing_analyze.py", ("get_finer_lipschitz_bound",)),
+         "scaling": ("strict_resize_aliasing_analyze.py", ("calc_dist_map", "get_local_maps"))}
+"""Per family: their aliasing analysis' file and the functions its ``__main__`` block calls."""
+
+
+def their_aliasing(root: Path, family: str):
+    """Their aliasing analysis' functions (a namespace) and ``__main__`` block, as code
     (importing the file would parse our command line)."""
-    tree = ast.parse((root / "semantic" / "strict_rotation_aliasing_analyze.py").read_text())
-    function = next(node for node in tree.body if isinstance(node, ast.FunctionDef)
-                    and node.name == "get_finer_lipschitz_bound")
+    name, functions = FILES[family]
+    tree = ast.parse((root / "semantic" / name).read_text())
+    kept = [node for node in tree.body if isinstance(node, ast.FunctionDef)
+            and node.name in functions]
     block = next(node for node in tree.body if isinstance(node, ast.If))
-    namespace = {"torch": torch, "math": math}
-    exec(compile(ast.Module([function], []), "aliasing", "exec"), namespace)
-    return namespace["get_finer_lipschitz_bound"], compile(ast.Module(block.body, []),
-                                                           "aliasing-main", "exec")
+    namespace = {"torch": torch, "math": math, "EPS": 1e-5}  # their resize file's EPS
+    exec(compile(ast.Module(kept, []), "aliasing", "exec"), namespace)
+    return namespace, compile(ast.Module(block.body, []), "aliasing-main", "exec")
+
+
+def their_arguments(t, folder: str) -> argparse.Namespace:
+    """Their command line for our grid: rotation's slice counts slices of 360 degrees (S of
+    ours in 2Δ), scaling's slice and subslice count points (S + 1, R + 1)."""
+    common = dict(dataset="ours", aliasfile=os.path.join(folder, "alias"), start=0, max=-1,
+                  skip=1, split="test", verbstep=10**9)
+    if t.name == "rotation":
+        return argparse.Namespace(**common, slice=round(360 * t.slices / (2 * t.angle)),
+                                  subslice=t.subslices, partial=t.angle)
+    return argparse.Namespace(**common, sl=t.low, sr=t.high, slice=t.slices + 1,
+                              subslice=t.subslices + 1, uniform=False)
 
 
 def authors_bound(tr, their, x: torch.Tensor, t) -> None:
-    """Their ``__main__`` on x at our grid: slice = 360·S/(2Δ), subslice R, partial Δ."""
-    bound, code = their
+    """Their ``__main__`` on x at our grid (:func:`their_arguments`)."""
+    functions, code = their
     with tempfile.TemporaryDirectory() as folder:
-        args = argparse.Namespace(dataset="ours", aliasfile=os.path.join(folder, "alias"),
-                                  start=0, max=-1, skip=1, split="test",
-                                  slice=round(360 * t.slices / (2 * t.angle)),
-                                  subslice=t.subslices, partial=t.angle, verbstep=10**9)
-        namespace = {"args": args, "torch": torch, "os": os, "time": time.time,
-                     "datetime": datetime, "RotationTransformer": tr.RotationTransformer,
-                     "get_finer_lipschitz_bound": bound,
+        namespace = {**functions, "args": their_arguments(t, folder), "os": os,
+                     "time": time.time, "datetime": datetime,
+                     "RotationTransformer": tr.RotationTransformer,
+                     "ResizeTransformer": tr.ResizeTransformer,
                      "get_dataset": lambda *_: [(x.cpu(), 0)],
                      "setproctitle": types.SimpleNamespace(setproctitle=lambda *_: None)}
         with contextlib.redirect_stdout(io.StringIO()):
@@ -142,8 +156,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--authors", metavar="PATH", help="a clone of AI-secure/semantic-"
                                                      "randomized-smoothing")
     args = p.parse_args(argv)
-    if build_transformation(args.transform).name != "rotation":
-        raise SmoothcertError(f"{args.transform}: this benchmark times rotation")
+    if build_transformation(args.transform).name not in FILES:
+        raise SmoothcertError(f"{args.transform}: this benchmark times rotation and scaling")
     args.shape = tuple(int(s) for s in args.shape.split(","))
     return args
 
@@ -155,7 +169,7 @@ def main(argv=None) -> None:
     t.check_shape(shape)
     load = start_run(args.device, args.threads)
     tr, line, _ = load_authors(args.authors)
-    their = their_aliasing(Path(args.authors)) if tr is not None else None
+    their = their_aliasing(Path(args.authors), t.name) if tr is not None else None
     print(line)
     device = torch.device(args.device)
     model = make_model("lenet" if shape == (1, 28, 28) else "cifar_resnet20", device)
@@ -176,6 +190,11 @@ def main(argv=None) -> None:
         print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
 
+def their_slices(t) -> int:
+    """Slices their loop visits: rotation's touch [−Δ, Δ] (one more each side), scaling's S."""
+    return t.slices + 2 if t.name == "rotation" else t.slices
+
+
 def table(times: dict, t, args) -> str:
     """Seconds per image (medians over rounds) and each ratio as the median over rounds of the
     two jobs' times in the same round (the drift of a shared machine cancels), then each
@@ -186,10 +205,10 @@ def table(times: dict, t, args) -> str:
     lines = ["| part | ours s/image | compared with | its s/image | ratio |",
              "| --- | ---: | --- | ---: | ---: |"]
     bound = []
-    if "authors bound" in per:  # their loop visits S + 2 slices: per our S
-        bound = [a * t.slices / (t.slices + 2) / b
+    if "authors bound" in per:  # per our S slices
+        bound = [a * t.slices / their_slices(t) / b
                  for a, b in zip(times["authors bound"], times["bound"])]
-        theirs = per["authors bound"] * t.slices / (t.slices + 2)
+        theirs = per["authors bound"] * t.slices / their_slices(t)
         lines.append(f"| interpolation bound | {per['bound']:.3f} | authors' aliasing loop "
                      f"| {theirs:.3f} | authors ÷ ours {statistics.median(bound):.1f} |")
     else:

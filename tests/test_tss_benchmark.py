@@ -171,7 +171,7 @@ def test_sampling_tiny_run_times_the_bound_and_every_sample(sampling, capsys):
 
 
 def test_sampling_refuses_another_transformation_and_the_gpu_part_parses(sampling, tmp_path):
-    with pytest.raises(SmoothcertError, match="this benchmark times rotation"):
+    with pytest.raises(SmoothcertError, match="this benchmark times rotation and scaling"):
         sampling.parse_args(["--transform", "translation:sigma=3"])
     argv = gpu_suite_argv("tss", "tss_sampling.md", tmp_path)
     assert argv[0] == "benchmarks/tss_sampling.py"
