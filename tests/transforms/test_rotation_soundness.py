@@ -144,17 +144,16 @@ def test_rows_say_the_weakest_slice_and_the_certified_angle():
     assert t.radius(rows[1]["p_lower"]) > float(t.slice_bounds(xs[1]).sqrt().min())
 
 
-def shifted_violations(rows, xs, h, angles, shift, model):
-    """Certified rows with an angle within their radius and a brightness shift ±``shift``
-    (linear in the shift: its two ends suffice) where the sign of h is not the prediction."""
-    mask_sum = float((interp.disc_mask(SIZE, SIZE).flatten() * model.v).sum())
+def offset_violations(rows, xs, h, angles, offset):
+    """Certified rows with an angle within their radius where h moved by ±``offset`` (the
+    most a perturbation the certificate claims can move it: h is linear) changes sign."""
     bad = []
     for row in rows:
         if row["predict"] == -1:
             continue
         values = h(xs[row["idx"]], angles[angles.abs() <= row["radius"]])
         for side in (-1.0, 1.0):
-            if bool(((values + side * shift * mask_sum > 0) != bool(row["predict"])).any()):
+            if bool(((values + side * offset > 0) != bool(row["predict"])).any()):
                 bad.append(row["idx"])
                 break
     return bad
@@ -164,13 +163,28 @@ def test_the_brightness_composition_keeps_the_prediction_at_every_angle_and_shif
     """rotation-brightness (their RotationBrightnessNoiseTransformer): with σ_b > 0 the
     certificate covers every shift |b₁| ≤ b with every angle. The smoothed classifier of the
     linear model is still its sign (the shift adds β·Σ m⊙v, Gaussian), so it is checked exactly
-    on angles × the shift's two ends. Control: the rows certified for the angles alone (b = 0)
-    are caught by shifts they never claimed."""
+    on angles × the shift's two ends (h moves by b₁·Σ m⊙v). Control: the rows certified for
+    the angles alone (b = 0) are caught by shifts they never claimed."""
     targets = [1.0, 3.0, 6.0, 9.0, 12.0, 13.0, 4.0, 8.0]
     xs, labels, model, h, angles = linear_setup(len(targets), targets, seed=7, reach=10.0)
+    total = abs(float((interp.disc_mask(SIZE, SIZE).flatten() * model.v).sum()))
     spec = "rotation:sigma=0.25,angle=10,slices=40,subslices=40,sigma_b=0.1"
     rows = certify(model, xs, labels, spec + ",b=0.05")
     assert any(r["radius"] == 10.0 for r in rows)
-    assert shifted_violations(rows, xs, h, angles, 0.05, model) == []
+    assert offset_violations(rows, xs, h, angles, 0.05 * total) == []
     alone = certify(model, xs, labels, spec)
-    assert shifted_violations(alone, xs, h, angles, 0.3, model) != []
+    assert offset_violations(alone, xs, h, angles, 0.3 * total) != []
+
+
+def test_an_l2_perturbation_on_top_keeps_the_prediction():
+    """``l2`` (their --l2_r): every T(x, θ) + δ, ‖δ‖ ≤ l2, keeps the prediction; the worst δ
+    moves h by l2·‖m⊙v‖. Control: rows certified without it are caught by a larger δ."""
+    targets = [1.0, 3.0, 6.0, 9.0, 12.0, 13.0, 4.0, 8.0]
+    xs, labels, model, h, angles = linear_setup(len(targets), targets, seed=7, reach=10.0)
+    norm = float((interp.disc_mask(SIZE, SIZE).flatten() * model.v).norm())
+    spec = "rotation:sigma=0.25,angle=10,slices=40,subslices=40"
+    rows = certify(model, xs, labels, spec + ",l2=0.1")
+    assert any(r["radius"] == 10.0 for r in rows)
+    assert offset_violations(rows, xs, h, angles, 0.1 * norm) == []
+    without = certify(model, xs, labels, spec)
+    assert offset_violations(without, xs, h, angles, 0.6 * norm) != []

@@ -8,13 +8,16 @@ Slice j's bound M_j is measured from one or both of its ends (its *anchors*: rot
 end; scaling's right end, or both where the slice holds a point at which a pixel enters the
 image's border). At an anchor θ_k, ``n`` fresh draws at the sample T(x, θ_k) give p_k, the
 one-sided Clopper–Pearson bound of ĉ_A's votes at level α/(S + 1), once for every slice that
-needs it; the slice is certified when the ℓ2 radius of p_k exceeds M_j (plus the sample's
-rounding to the input's dtype) at each of its anchors. The visit stops at the first slice that
-is not; ``radius`` is its distance from the identity (the whole interval when every slice is
-certified). Guarantee: with probability ≥ 1 − α (a union bound over the at most S + 1 sample
-points; the selection needs none), the smoothed classifier predicts ĉ_A at every T(x, θ) with
-θ within ``radius`` of the identity. ``predict`` is −1 (an abstention, radius 0) when a slice
-holding the identity is not certified.
+needs it; the slice is certified when the ℓ2 radius of p_k exceeds M_j plus ``l2`` (plus the
+sample's rounding to the input's dtype) at each of its anchors. The visit stops at the first
+slice that is not; ``radius`` is its distance from the identity (the whole interval when every
+slice is certified).
+
+Guarantee: with probability ≥ 1 − α (a union bound over the at most S + 1 sample points; the
+selection needs none), the smoothed classifier predicts ĉ_A at every T(x, θ) + δ with θ within
+``radius`` of the identity and ‖δ‖₂ ≤ ``l2`` (and a brightness shift |b₁| ≤ ``b`` where the
+transformation has one). ``predict`` is −1 (an abstention, radius 0) when a slice holding the
+identity is not certified.
 
 The authors' loop differs in three ways, none of which changes what a certified row means:
 they select ĉ_A with a binomial test at α (dividing α by S + 1 for the slices, as here); they
@@ -70,8 +73,8 @@ def certify_slices(t, cfg, x, label, generator):
 
 
 def _test_points(t, cfg, x, c_hat, points, generator):
-    """{point: (p_lower, nA, the ℓ2 radius less the sample's rounding)} from ``n`` draws at
-    each sample, at level α/(S + 1)."""
+    """{point: (p_lower, nA, the ℓ2 radius less the sample's rounding and ``l2``)} from ``n``
+    draws at each sample, at level α/(S + 1)."""
     samples, rounding = t.samples(x, points)
     sizes = (cfg.n,) * len(points)
     counts = np.asarray((yield Draws(x, SampleSweep(t, samples, sizes), sizes, generator)))
@@ -80,5 +83,5 @@ def _test_points(t, cfg, x, c_hat, points, generator):
     for k, point in enumerate(points):
         n_a = int(counts[k][c_hat])
         p_lower = clopper_pearson_lower(n_a, cfg.n, level)
-        out[point] = (p_lower, n_a, t.radius(p_lower) - float(rounding[k]))
+        out[point] = (p_lower, n_a, t.radius(p_lower) - float(rounding[k]) - t.l2)
     return out

@@ -9,8 +9,10 @@ scaling: none). The certified set is an interval of the transformation's paramet
 the identity (angles [−Δ, Δ]; scale factors [low, high]), cut into S equal slices
 [θ_j, θ_{j+1}]. For each slice the interpolation bound M_j (:mod:`.interpolation`) bounds how
 far any T(x, θ), θ in the slice, lies from the sample T(x, θ_j), and g is certified at the
-sample for an ℓ2 radius above M_j (:func:`smoothcert.stats.tss.sampled_l2_radius`; with
-brightness, together with every shift |b₁| ≤ ``b``). ``certifiers/tss.py`` runs the slices.
+sample for an ℓ2 radius above M_j + ``l2`` (:func:`smoothcert.stats.tss.sampled_l2_radius`;
+with brightness, together with every shift |b₁| ≤ ``b``): the certificate then also holds for
+every additive perturbation δ of ‖δ‖₂ ≤ ``l2`` on top of the transformation (the authors'
+``--l2_r``; 0 by default). ``certifiers/tss.py`` runs the slices.
 
 Training (``methods/transform.py``, the authors' ``strict-rotation-noise`` and ``resize``
 modes): each example is transformed with a parameter drawn uniformly from the training range
@@ -34,7 +36,7 @@ from .base import Transformation
 
 
 def check_smoothing(options) -> None:
-    """σ > 0; σ_b ≥ 0; b ≥ 0 only with σ_b > 0; slices and subslices counts >= 1."""
+    """σ > 0; σ_b ≥ 0; b ≥ 0 only with σ_b > 0; slices and subslices counts >= 1; l2 ≥ 0."""
     check_positive_finite("sigma", options.sigma)
     check_nonnegative("sigma_b", options.sigma_b)
     check_nonnegative("b", options.b)
@@ -43,6 +45,7 @@ def check_smoothing(options) -> None:
                               "smoothing: give sigma_b > 0")
     check_count("slices", options.slices, 1, 10**7)
     check_count("subslices", options.subslices, 1, 10**6)
+    check_nonnegative("l2", options.l2)
 
 
 class SampledTransformation(Transformation):

@@ -91,6 +91,8 @@ class Scaling(SampledTransformation):
                                      "pixel added to the noise (their --noise_b); 0: none")
         b: float = option(0.0, "the brightness shift |b| certified with every factor (their "
                                "--b); needs sigma_b > 0")
+        l2: float = option(0.0, "an l2 perturbation ||delta|| <= l2 (pixel units) certified on "
+                                "top of every factor (their --l2_r); 0: none")
 
         def __post_init__(self):
             _check_range("low", self.low, "high", self.high)
