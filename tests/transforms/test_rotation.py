@@ -111,3 +111,30 @@ def test_negative_pixels_and_too_wide_slices_are_refused():
     t.check_shape((1, 8, 8))
     with pytest.raises(SmoothcertError, match="pixel values >= 0"):
         t.slice_bounds(image() - 0.5)
+
+
+def test_rows_do_not_depend_on_the_batch_and_the_identity_is_canonical(tmp_path):
+    """The samples' draws come in the engine's canonical chunks, whatever the batch; the run's
+    identity stores the transformation's canonical text (every parameter)."""
+    from sampled_helpers import Linear
+
+    from smoothcert.runs import certify_dataset
+    from smoothcert.runs.records import read_manifest
+
+    xs = torch.stack([image(seed=k) for k in range(3)])
+    v = torch.randn((9, 9), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    model = Linear(v, float(-(xs[0, 0].double() * v).sum()))
+    data = torch.utils.data.TensorDataset(xs, torch.zeros(3, dtype=torch.long))
+    spec = "rotation:sigma=0.5,angle=5,slices=6,subslices=4"
+
+    def rows(batch, out=None):
+        found = certify_dataset(model, data, certifier="tss", options={"transform": spec},
+                                n0=30, n=300, alpha=0.001, batch=batch, seed=5,
+                                num_classes=2, out=out)
+        return [{k: r[k] for k in r if k != "time"} for r in found]
+
+    out = tmp_path / "r.tsv"
+    assert rows(7, out) == rows(1000)
+    options = read_manifest(out)["identity"]["options"]["transform"]
+    assert options == ("rotation:sigma=0.5,angle=5.0,train_angle=12.5,slices=6,subslices=4,"
+                       "sigma_b=0.0,b=0.0,l2=0.0")
