@@ -186,9 +186,11 @@ def squared(line: str) -> str:
 
 def angled(line: str, angle: float) -> str:
     """Their sampled-rotation row with ``angle`` as its radius where it was certified (their
-    radius, an ℓ2 margin, ≥ 0) and 0.0 where not."""
+    radius, an ℓ2 margin, ≥ 0) and 0.0 where not, and their ``correct`` (True/False: the
+    selected class is the label) as 1/0."""
     cells = line.rstrip("\n").split("\t")
     cells[3] = repr(angle if float(cells[3]) >= 0 else 0.0)
+    cells[4] = {"True": "1", "False": "0"}.get(cells[4], cells[4])
     return "\t".join(cells) + "\n"
 
 
