@@ -6,6 +6,7 @@ and refusals (one line each)."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -156,3 +157,24 @@ def test_slices_too_wide_or_holding_two_dividing_points_are_refused():
     build_transformation("scaling:low=0.7,high=1,slices=20").check_shape((1, 9, 10))
     with pytest.raises(SmoothcertError, match="pixel values >= 0"):
         build_transformation("scaling:slices=20").slice_bounds(image() - 0.5)
+
+
+def test_the_records_radius_is_the_nominal_half_width_where_floats_allow():
+    """[0.9, 1.1] is radius 0.1 (not 1 − 0.9 = 0.09999999999999998, which ``report`` would
+    count out at r = 0.1), and no float factor within the radius leaves the certified range."""
+    from fractions import Fraction
+
+    from smoothcert.transforms.scaling import float_radius
+
+    assert float_radius(0.9, 1.1) == 0.1 and float_radius(0.8, 1.25) == 0.2
+    assert build_transformation("scaling:low=0.9,high=1.1").certified_set(math.inf)[0] == 0.1
+    rng = np.random.default_rng(0)
+    for lo, hi in zip(rng.uniform(0.5, 1.0, 300), rng.uniform(1.0, 2.0, 300)):
+        lo, hi = float(f"{lo:.3g}"), float(f"{hi:.3g}")
+        r = Fraction(float_radius(lo, hi))
+        first = float(1 - r)
+        first = first if Fraction(first) >= 1 - r else math.nextafter(first, 2.0)
+        last = float(1 + r)
+        last = last if Fraction(last) <= 1 + r else math.nextafter(last, 0.0)
+        assert lo <= first and last <= hi, (lo, hi, float(r))
+        assert r >= min(Fraction(1) - Fraction(lo), Fraction(hi) - 1) - Fraction(1, 2**60)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import torch
@@ -48,6 +49,37 @@ from ..registry import option
 from . import scaling_bound
 from .base import register_transformation
 from .sampled import SampledTransformation, check_smoothing
+
+
+def float_radius(lo: float | None, hi: float | None) -> float:
+    """The record's radius r for the certified factors [lo, hi] (a side given as None is not
+    counted): every floating-point factor s with |s − 1| ≤ r lies in [lo, hi]. The exact
+    distance min(1 − lo, hi − 1) would write 0.09999999999999998 for [0.9, 1.1] (the float 0.9
+    lies above 9/10), and ``report`` would count that row out at r = 0.1; its 12-digit
+    rounding is taken where no float factor it adds leaves [lo, hi], the exact one (rounded
+    down) elsewhere."""
+    sides = []
+    if lo is not None:
+        sides.append(Fraction(1) - Fraction(lo))
+    if hi is not None:
+        sides.append(Fraction(hi) - Fraction(1))
+    exact = min(sides)
+    nice = Fraction(float(f"{float(exact):.12g}"))
+    if nice > exact and _floats_within(nice, lo, hi):
+        return float(nice)
+    down = float(exact)
+    return down if Fraction(down) <= exact else math.nextafter(down, 0.0)
+
+
+def _floats_within(r: Fraction, lo: float | None, hi: float | None) -> bool:
+    """Whether every float in [1 − r, 1 + r] (real ends) lies in [lo, hi]."""
+    below, above = 1 - r, 1 + r
+    first, last = float(below), float(above)
+    if Fraction(first) < below:
+        first = math.nextafter(first, math.inf)
+    if Fraction(last) > above:
+        last = math.nextafter(last, -math.inf)
+    return (lo is None or first >= lo) and (hi is None or last <= hi)
 
 
 def _check_range(low_name: str, low: float, high_name: str, high: float) -> None:
@@ -134,11 +166,11 @@ class Scaling(SampledTransformation):
 
     def certified_set(self, distance):
         """Factors [max(low, 1 − δ), min(high, 1 + δ)]; radius the smaller of their distances
-        from 1 (of the one side when ``low`` or ``high`` is 1)."""
+        from 1 (of the one side when ``low`` or ``high`` is 1), as :func:`float_radius` writes
+        it."""
         lo, hi = max(self.low, 1.0 - distance), min(self.high, 1.0 + distance)
-        sides = [side for side, reach in ((1.0 - lo, self.low), (hi - 1.0, self.high))
-                 if reach != 1.0]
-        return min(sides), lo, hi
+        return float_radius(lo if self.low != 1.0 else None,
+                            hi if self.high != 1.0 else None), lo, hi
 
     def train_range(self):
         return self.train_low, self.train_high
