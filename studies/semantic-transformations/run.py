@@ -66,15 +66,20 @@ TRANSFORMS = {  # record prefix: (model trained under it, --transform)
     # rotation/noise_0.25_r_35_p_30: Gaussian noise σ = 0.25 on the disc, certified by sampling
     # (their ±30° with 1,667 sampled angles; here ±10° with 200, 0.1° apart: README "Scaled down")
     "rotation10": ("rotation", "rotation:sigma=0.25,angle=10,slices=200,subslices=100"),
+    # scaling/noise_0.25_p_0.25_t_0.2: Gaussian noise σ = 0.25, certified by sampling (their
+    # [0.8, 1.2] with 1,000 factors; here [0.9, 1.1] with 101)
+    "scaling10": ("scaling", "scaling:sigma=0.25,low=0.9,high=1.1,slices=100,subslices=50"),
 }
-SAMPLED = {"rotation10"}  # certified by sampling: their own budget (below), not in the cost lane
-EXTRA = {"rotation10": ["rotation10_gaussian"]}  # more rows of a transformation's table
+# certified by sampling: their own budget and images (below), not in the cost lane
+SAMPLED = {"rotation10": 50, "scaling10": 30}
+EXTRA = {t: [f"{t}_gaussian"] for t in SAMPLED}  # more rows of a transformation's table
 RUNS = {  # record file name: (model, certify flags)
     **{f"{t}_tss": (model, ["--transform", spec]) for t, (model, spec) in TRANSFORMS.items()},
     **{f"{t}_standard": ("standard", ["--transform", spec]) for t, (_, spec) in
        TRANSFORMS.items()},
-    # the rotation rows' second baseline: Gaussian training at the smoothing's σ, no rotation
-    "rotation10_gaussian": ("gaussian025", ["--transform", TRANSFORMS["rotation10"][1]]),
+    # the sampled rows' second baseline: Gaussian training at the smoothing's σ, no rotation or
+    # scaling
+    **{f"{t}_gaussian": ("gaussian025", ["--transform", TRANSFORMS[t][1]]) for t in SAMPLED},
 }
 # The cost lane, certified one file at a time with the CPU otherwise idle (the lanes above ran two
 # at once beside other work): every transformation and the reference, Cohen et al.'s CERTIFY with
@@ -84,10 +89,10 @@ COST = {**{f"cost_{t}": ("standard", ["--transform", spec]) for t, (_, spec) in
         "gaussian_cost": ("standard", ["--noise", "gaussian", "--sigma", "0.25"])}
 RUNS.update(COST)
 FEWER = {name: 20 for name in COST}  # timings only: the first 20 of the same images
-# Sampling costs S = 200 samples × n per image: n = 1,000 per sample (α/(S + 1) each) on the
-# first 50 of the images (README, "Scaled down")
+# Sampling costs S samples × n per image: n = 1,000 per sample (α/(S + 1) each) on the first
+# 50 (rotation) or 30 (scaling) of the images (README, "Scaled down")
 SAMPLED_RUNS = [name for name in RUNS if name.startswith(tuple(SAMPLED))]
-FEWER.update({name: 50 for name in SAMPLED_RUNS})
+FEWER.update({name: SAMPLED[name.split("_")[0]] for name in SAMPLED_RUNS})
 BUDGETS = {name: ["--n0", "100", "--n", "1000", "--alpha", "0.001", "--batch", "1000"]
            for name in SAMPLED_RUNS}
 # The authors' released MNIST records (copied into authors/, origin in authors/ORIGIN.md); their
@@ -98,25 +103,29 @@ AUTHORS = {"brightness": "brightness_noise_0.3_0.3", "contrast": "contrast_noise
            "brightness_contrast": "brightness_contrast_noise_0.3_0.3",
            "blur_exp2": "gaussian_blur_exponential_dist_noise_2",
            "translation3": "translation_reflectpad_noise_3.0",
-           "rotation10": "rotation_noise_0.25_r_35_p_30"}
+           "rotation10": "rotation_noise_0.25_r_35_p_30",
+           "scaling10": "scaling_noise_0.25_p_0.25_t_0.2"}
 SQUARED = {"blur_exp2"}
-# Their rotation files' radius is the last sample's ℓ2 margin (≥ 0 where every sample of ±30°
-# was certified: their strict_rotation_certify.py); the driver writes 30 (degrees, our unit)
-# there and 0 elsewhere (records/authors_rotation10.tsv)
-ANGLE = {"rotation10": 30.0}
+# Their sampled files' radius is the last sample's ℓ2 margin (≥ 0 where every sample of ±30°,
+# or of factors [0.8, 1.2], was certified: their strict_rotation_certify.py,
+# strict_resize_certify.py); the driver writes 30 (degrees) or 0.2 (1 ± 0.2), our units, there
+# and 0 elsewhere (records/authors_rotation10.tsv, authors_scaling10.tsv)
+WHOLE_RANGE = {"rotation10": 30.0, "scaling10": 0.2}
 # The radii of each table (the grid of the authors' released .report rows, in our unit) and of
 # the verdicts (three points inside what n = 10,000 can certify: README, "Radii")
 TABLE_RADII = {"brightness": "0:1.0:0.1", "contrast": "0:0.4:0.05",
                "brightness_contrast": "0:0.7:0.1", "blur_exp2": "0,0.25,1,2.25,4,6.25,9,12.25",
-               "translation3": "0:9.5:0.5", "rotation10": "0,2.5,5,7.5,10"}
+               "translation3": "0:9.5:0.5", "rotation10": "0,2.5,5,7.5,10",
+               "scaling10": "0,0.025,0.05,0.075,0.1"}
 VERDICT_RADII = {"brightness": (0.2, 0.5, 0.8), "contrast": (0.1, 0.2, 0.3),
                  "brightness_contrast": (0.2, 0.35, 0.5), "blur_exp2": (1.0, 4.0, 9.0),
-                 "translation3": (2.0, 5.0, 8.0), "rotation10": (2.5, 5.0, 10.0)}
+                 "translation3": (2.0, 5.0, 8.0), "rotation10": (2.5, 5.0, 10.0),
+                 "scaling10": (0.025, 0.05, 0.1)}
 # verdicts: TSS-trained − standard, claimed greater (the authors' direction), with the driver's
 # default margins (δ = 2 points of certified accuracy, ACR δ = 5% of the standard model's ACR)
 VERDICTS = [Comparison("verdicts", f"{t}_standard", f"{t}_tss", VERDICT_RADII[t])
             for t in TRANSFORMS] + [
-    Comparison("verdicts", "rotation10_gaussian", "rotation10_tss", VERDICT_RADII["rotation10"])]
+    Comparison("verdicts", f"{t}_gaussian", f"{t}_tss", VERDICT_RADII[t]) for t in SAMPLED]
 
 
 def main(argv=None) -> int:
@@ -171,8 +180,8 @@ def write_authors(out: Path) -> None:
         lines = (HERE / "authors" / stem).read_text().splitlines(keepends=True)
         if t in SQUARED:
             lines = lines[:1] + [squared(line) for line in lines[1:]]
-        if t in ANGLE:
-            lines = lines[:1] + [angled(line, ANGLE[t]) for line in lines[1:]]
+        if t in WHOLE_RANGE:
+            lines = lines[:1] + [whole(line, WHOLE_RANGE[t]) for line in lines[1:]]
         target = out / "records" / f"authors_{t}.tsv"
         if not target.exists():
             target.write_text("".join(lines))
@@ -184,12 +193,12 @@ def squared(line: str) -> str:
     return "\t".join(cells) + "\n"
 
 
-def angled(line: str, angle: float) -> str:
-    """Their sampled-rotation row with ``angle`` as its radius where it was certified (their
-    radius, an ℓ2 margin, ≥ 0) and 0.0 where not, and their ``correct`` (True/False: the
-    selected class is the label) as 1/0."""
+def whole(line: str, radius: float) -> str:
+    """Their sampled row (rotation, scaling) with ``radius``, their whole range in our unit,
+    where it was certified (their radius, an ℓ2 margin, ≥ 0) and 0.0 where not, and their
+    ``correct`` (True/False: the selected class is the label) as 1/0."""
     cells = line.rstrip("\n").split("\t")
-    cells[3] = repr(angle if float(cells[3]) >= 0 else 0.0)
+    cells[3] = repr(radius if float(cells[3]) >= 0 else 0.0)
     cells[4] = {"True": "1", "False": "0"}.get(cells[4], cells[4])
     return "\t".join(cells) + "\n"
 

@@ -1,4 +1,4 @@
-"""Smoke test of the semantic-transformations driver: ``run.py --quick`` trains the six LeNets
+"""Smoke test of the semantic-transformations driver: ``run.py --quick`` trains the seven LeNets
 for one epoch on 300 examples, certifies 3 images per record file (n = 300) and writes every
 table, verdict and the cost block into a copy of README.md. Not part of ``make test``
 (``make studies-smoke`` runs it; pyproject's testpaths is tests/)."""
@@ -12,8 +12,8 @@ from driver import generated_block as block  # noqa: E402
 from driver import quick_readme  # noqa: E402
 
 TRANSFORMS = ("brightness", "contrast", "brightness_contrast", "blur_exp2", "translation3",
-              "rotation10")
-EXTRA = {"rotation10": ["rotation10_gaussian"]}
+              "rotation10", "scaling10")
+EXTRA = {"rotation10": ["rotation10_gaussian"], "scaling10": ["scaling10_gaussian"]}
 
 
 def test_quick_run_writes_every_table_and_verdict(tmp_path):
@@ -26,7 +26,7 @@ def test_quick_run_writes_every_table_and_verdict(tmp_path):
         theirs = block(doc, f"authors_{t}")[2:]  # the authors' 500 MNIST images
         assert len(theirs) == 1 and theirs[0].startswith(f"| authors_{t} | 500 | "), theirs
     verdicts = block(doc, "verdicts")[2:]
-    assert len(verdicts) == len(TRANSFORMS) + 1 and all(" | 3 | " in r for r in verdicts)
+    assert len(verdicts) == len(TRANSFORMS) + 2 and all(" | 3 | " in r for r in verdicts)
     claims = block(doc, "claims")
     assert len(claims) == len(TRANSFORMS) and all("**" in line for line in claims)
     cost = block(doc, "cost")[2:]
