@@ -229,13 +229,19 @@ def measure(args, authors=None, real_cv2=False) -> tuple[dict, dict]:
     torch.manual_seed(0)  # their draws come from torch's and Python's global generators
     random.seed(0)
     work, missing = jobs(model, xs, args, authors, real_cv2)
+    return interleaved(work, args.rounds), missing
+
+
+def interleaved(work: dict, rounds: int) -> dict:
+    """Every job of ``work`` (key -> a function returning seconds) once as a warm-up, then
+    ``rounds`` rounds of every job in turn: key -> its times."""
     times = {key: [] for key in work}
     for job in work.values():
         job()
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for key, job in work.items():
             times[key].append(job())
-    return times, missing
+    return times
 
 
 def rows_per_job(what: str, args) -> int:

@@ -42,7 +42,7 @@ import torch
 from certify_throughput import make_model
 from common import start_run
 from sound_noise import timed
-from tss_cost import load_authors
+from tss_cost import interleaved, load_authors
 
 from smoothcert.errors import SmoothcertError
 from smoothcert.runs import certify_dataset
@@ -177,13 +177,7 @@ def main(argv=None) -> None:
     xs = (torch.randint(0, 256, (args.images, *shape), generator=g).float() / 255).to(device)
     print(f"\nworkload: {args.transform} on {args.images} random images of {shape}, n0 = "
           f"{args.n0}, n = {args.n}, batch {args.batch}; median of {args.rounds} rounds\n")
-    work = jobs(model, xs, t, args, tr, their)
-    times = {key: [] for key in work}
-    for job in work.values():
-        job()
-    for _ in range(args.rounds):
-        for key, job in work.items():
-            times[key].append(job())
+    times = interleaved(jobs(model, xs, t, args, tr, their), args.rounds)
     print(table(times, t, args))
     print("\n" + visited(model, xs, t, args))
     if load:

@@ -46,3 +46,18 @@ def certify(model, xs, labels, transform, **kwargs):
     return certify_dataset(model, data, certifier="tss", options={"transform": transform},
                            n0=64, n=1000, alpha=0.001, batch=512, seed=3, num_classes=2,
                            **kwargs)
+
+
+def place_boundaries(xs, h, grid, targets, kappa, identity):
+    """Set each image's centre pixel (which rotation and scaling never move) so that the least
+    h(image, θ) over ``grid`` is ``targets[k]``: x_c = (target − least with x_c = 0)/κ, κ the
+    linear model's weight there (h is linear in x_c with slope κ). Returns the labels, the
+    sign of h at the ``identity`` parameter; every pixel stays in [0, 1]."""
+    ci, cj = xs.shape[-2] // 2, xs.shape[-1] // 2
+    for k in range(len(xs)):
+        xs[k, 0, ci, cj] = 0.0
+        lowest = float(h(xs[k], grid).min())
+        xs[k, 0, ci, cj] = (targets[k] - lowest) / kappa
+    assert bool((xs >= 0).all() & (xs <= 1).all()), xs[:, 0, ci, cj]
+    at = torch.full((1,), identity, dtype=torch.float64)
+    return (torch.stack([h(x, at)[0] for x in xs]) > 0).long()

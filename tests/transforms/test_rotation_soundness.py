@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sampled_helpers import Linear, blobs, certify
+from sampled_helpers import Linear, blobs, certify, place_boundaries
 
 from smoothcert.stats import clopper_pearson_lower
 from smoothcert.transforms import build_transformation
@@ -95,13 +95,8 @@ def linear_setup(count, targets, seed, reach=20.0):
     def h(x, degrees):
         return (interp.rotate(x, degrees).flatten(1) @ v.flatten()) + C0
 
-    for k in range(count):
-        xs[k, 0, centre, centre] = 0.0
-        lowest = float(h(xs[k], angles).min())
-        xs[k, 0, centre, centre] = (targets[k] - lowest) / KAPPA
-    assert bool((xs >= 0).all() & (xs <= 1).all()), xs[:, 0, centre, centre]
-    labels = (torch.stack([h(x, torch.zeros(1, dtype=torch.float64))[0] for x in xs]) > 0)
-    return xs, labels.long(), Linear(v, C0), h, angles
+    labels = place_boundaries(xs, h, angles, targets, KAPPA, 0.0)
+    return xs, labels, Linear(v, C0), h, angles
 
 
 def violations(rows, xs, h, angles):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sampled_helpers import Linear, blobs, certify
+from sampled_helpers import Linear, blobs, certify, place_boundaries
 
 from smoothcert.transforms import build_transformation
 from smoothcert.transforms import interpolation as interp
@@ -104,13 +104,8 @@ def linear_setup(count, targets, seed):
     def h(x, scales):
         return (sb.scale(x, scales).flatten(1) @ v.flatten()) + C0
 
-    for k in range(count):
-        xs[k, 0, centre, centre] = 0.0
-        lowest = float(h(xs[k], grid).min())
-        xs[k, 0, centre, centre] = (targets[k] - lowest) / KAPPA
-    assert bool((xs >= 0).all() & (xs <= 1).all()), xs[:, 0, centre, centre]
-    labels = (torch.stack([h(x, torch.ones(1, dtype=torch.float64))[0] for x in xs]) > 0)
-    return xs, labels.long(), Linear(v, C0), h, grid
+    labels = place_boundaries(xs, h, grid, targets, KAPPA, 1.0)
+    return xs, labels, Linear(v, C0), h, grid
 
 
 def violations(rows, xs, h, grid):

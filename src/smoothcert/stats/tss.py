@@ -106,6 +106,13 @@ def _check_contrasts(k_low: float, k_high: float) -> tuple[float, float]:
     return k_low, k_high
 
 
+def _lowered_margin(z: float, t: float) -> float:
+    """z² − t², lowered by 64 ulps of its terms (``_MARGIN_ULPS``): the one subtraction that
+    can cancel, so that a margin rounding up near 0 certifies nothing rather than a spurious
+    radius (module docstring)."""
+    return z * z - t * t - _MARGIN_ULPS * (z * z + t * t + 1.0)
+
+
 def _scaled_b_tail(p: float, log_k: float) -> float:
     """1 − p_B: the worst-case mass outside class A once b's scale becomes e^{−k}·σ_b
     (step (i) of the module docstring), for p > ½."""
@@ -145,8 +152,7 @@ def brightness_shift_bound(p_lower: float, log_k: float, sigma_k: float,
         return math.inf
     if log_k == 0.0:
         return sigma_b * z
-    t = log_k / sigma_k
-    margin = z * z - t * t - _MARGIN_ULPS * (z * z + t * t + 1.0)
+    margin = _lowered_margin(z, log_k / sigma_k)
     if margin <= 0.0:
         return 0.0
     return sigma_b * min(math.exp(-log_k), 1.0) * math.sqrt(margin)
@@ -315,6 +321,5 @@ def sampled_l2_radius(p_lower: float, sigma: float, sigma_b: float = 0.0,
         return math.inf
     if b == 0.0:
         return sigma * z
-    t = b / sigma_b
-    margin = z * z - t * t - _MARGIN_ULPS * (z * z + t * t + 1.0)
+    margin = _lowered_margin(z, b / sigma_b)
     return sigma * math.sqrt(margin) if margin > 0.0 else 0.0
