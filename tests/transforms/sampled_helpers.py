@@ -5,6 +5,9 @@ whose Gaussian-smoothed classifier is itself, and one certification run through
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -61,3 +64,16 @@ def place_boundaries(xs, h, grid, targets, kappa, identity):
     assert bool((xs >= 0).all() & (xs <= 1).all()), xs[:, 0, ci, cj]
     at = torch.full((1,), identity, dtype=torch.float64)
     return (torch.stack([h(x, at)[0] for x in xs]) > 0).long()
+
+
+def golden(name: str):
+    """tests/fixtures/tss/``name``: the parsed file, its images (float32, as the authors' data
+    gives them) and ``rows(part)``, that part's rows as dicts of its fields."""
+    found = json.loads((Path(__file__).parents[1] / "fixtures" / "tss" / name).read_text())
+    images = [torch.tensor(img, dtype=torch.float32) for img in found["images"]]
+
+    def rows(part):
+        table = found[part]
+        return [dict(zip(table["fields"], row, strict=True)) for row in table["rows"]]
+
+    return found, images, rows

@@ -18,28 +18,20 @@ those slices the sampled part of the bound (the maximum less L·d/2) is compared
 the bound itself is checked by tests/transforms/test_rotation_soundness.py.
 """
 
-import json
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from sampled_helpers import golden
 
 from smoothcert.errors import SmoothcertError
 from smoothcert.stats.tss import sampled_l2_radius
 from smoothcert.transforms import build_transformation
 from smoothcert.transforms import interpolation as interp
 
-GOLDEN = json.loads((Path(__file__).parents[1] / "fixtures" / "tss" / "sampled.json")
-                    .read_text())
-IMAGES = [torch.tensor(img, dtype=torch.float32) for img in GOLDEN["images"]]
+GOLDEN, IMAGES, rows = golden("sampled.json")
 RELATIVE = 1e-4
-
-
-def rows(name):
-    part = GOLDEN[name]
-    return [dict(zip(part["fields"], row, strict=True)) for row in part["rows"]]
 
 
 def test_the_fixture_is_the_pinned_commit():

@@ -27,24 +27,16 @@ image's slice j = 9 of the same setting has a sub-point at its dividing point 9/
 checked by tests/transforms/test_scaling_soundness.py instead (ours is a bound).
 """
 
-import json
-from pathlib import Path
 
 import pytest
 import torch
+from sampled_helpers import golden
 
 from smoothcert.transforms import build_transformation
 from smoothcert.transforms import scaling_bound as sb
 
-GOLDEN = json.loads((Path(__file__).parents[1] / "fixtures" / "tss" / "scaling.json")
-                    .read_text())
-IMAGES = [torch.tensor(img, dtype=torch.float32) for img in GOLDEN["images"]]
+GOLDEN, IMAGES, rows = golden("scaling.json")
 RELATIVE = 1e-4
-
-
-def rows(name):
-    part = GOLDEN[name]
-    return [dict(zip(part["fields"], row, strict=True)) for row in part["rows"]]
 
 
 SETTINGS = sorted({(r["slice"], r["subslice"], r["sl"], r["sr"]) for r in rows("aliasing")})
